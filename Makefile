@@ -1,0 +1,34 @@
+# Two commands do all the set-up from a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --disable-pip-version-check -q -c constraints/dev.txt
+SCENARIO ?=
+
+.PHONY: demo test lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.demo-installed: pyproject.toml constraints/dev.txt | $(PY)
+	$(PIP) -e '.[demo]'
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml constraints/dev.txt | $(PY)
+	$(PIP) -e '.[dev]'
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	$(VENV)/bin/trainmon demo $(if $(SCENARIO),--scenario $(SCENARIO))
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check trainmon tests benchmarks
+
+test: lint
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: $(VENV)/.dev-installed
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,218 @@
+"""trainmon's in-process agent. Standard library only; torch is patched, never imported here.
+
+    import trainmon.agent
+    trainmon.agent.attach()          # or: trainmon run -- python train.py
+
+Fail-open: nothing here raises into training code, and with no monitor listening ``attach()``
+returns at once while a background thread retries with backoff.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from trainmon import __version__, protocol
+from trainmon.agent import _hot
+from trainmon.agent._redact import redact_argv
+from trainmon.agent._sender import Sender, debug
+from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
+
+__all__ = ["attach", "attached", "detach", "mark", "phase", "stats", "step"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+             "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_PROCID", "TRAINMON_JOB")
+_lock = threading.Lock()
+_agent: _Agent | None = None
+_names: dict[str, int] = {}
+
+
+class _Agent:
+    def __init__(self, address: str, name: str | None) -> None:
+        self.session = secrets.token_hex(8)
+        self.sender = Sender(address, _hello(name, self.session), os.environ.get("TRAINMON_TOKEN"),
+                             hello_extra=_hello_extra)
+        self.registry = Registry(self.sender.add_control)
+        self.hooks = TorchHooks(self.registry)
+
+    def start(self) -> None:
+        try:
+            self.hooks.install()
+            self.sender.start()
+        except BaseException:
+            self.hooks.uninstall()
+            _hot.reset_buffer()
+            raise
+
+    def stop(self, reason: str) -> None:
+        self.hooks.uninstall()
+        self.sender.stop(reason=reason)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _hello(name: str | None, session: str) -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    argv = redact_argv([sys.executable, *sys.argv])
+    rank = _env_int("RANK")
+    if rank is None:
+        rank = _env_int("SLURM_PROCID")
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "host": socket.gethostname(),
+        "session": session,
+        "name": name or os.path.basename(sys.argv[0] or "python") or "python",
+        "argv": argv,
+        "rank": rank,
+        "local_rank": _env_int("LOCAL_RANK"),
+        "world_size": _env_int("WORLD_SIZE"),
+        "job": {k: os.environ[k] for k in _RANK_ENV if k in os.environ and not k.endswith("RANK")},
+        "torch": getattr(torch, "__version__", None) if torch is not None else None,
+        "python": sys.version.split()[0],
+        "trainmon": __version__,
+        "protocol": protocol.VERSION,
+        "mono_ns": time.monotonic_ns(),
+        "wall": time.time(),
+    }
+
+
+def _hello_extra() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    return {"torch": getattr(torch, "__version__", None), "device": _device_kind()}
+
+
+def _device_kind() -> str | None:
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            return f"cuda:{cuda.current_device()}"
+    except Exception:
+        pass
+    return None
+
+
+def attach(address: str | None = None, *, name: str | None = None) -> bool:
+    """Start reporting this process to a trainmon monitor. Returns True when the agent runs.
+
+    ``address`` is a Unix socket path or ``HOST:PORT``; default ``$TRAINMON_ADDR`` or the
+    per-user socket. ``TRAINMON_DISABLE=1`` makes this a no-op.
+    """
+    global _agent
+    try:
+        if os.environ.get("TRAINMON_DISABLE", "").lower() in _TRUE:
+            return False
+        if os.environ.get(WORKER_ENV) == "1" and os.environ.get("TRAINMON_AGENT_IN_WORKERS", "") not in _TRUE:
+            return False  # a DataLoader worker that re-ran the training script's attach()
+        with _lock:
+            if _agent is not None:
+                return True
+            agent = _Agent(protocol.resolve_address(address), name)
+            agent.start()
+            _agent = agent
+        return True
+    except Exception as exc:
+        debug(f"attach failed, training continues without trainmon: {exc!r}")
+        return False
+
+
+def detach() -> None:
+    """Flush what is buffered (at most ~1 s), close the connection and remove the patches."""
+    global _agent
+    try:
+        with _lock:
+            agent, _agent = _agent, None
+        if agent is not None:
+            agent.stop("detach")
+    except Exception as exc:
+        debug(f"detach failed: {exc!r}")
+
+
+def attached() -> bool:
+    return _agent is not None
+
+
+def step() -> None:
+    """Mark the end of a training step (for loops without an optimizer or with several)."""
+    if _agent is not None:
+        _hot.step()
+
+
+def _name_id(name: str) -> int:
+    ident = _names.get(name)
+    if ident is None:
+        ident = _names[name] = len(_names) + 1
+        if _agent is not None:
+            _agent.sender.add_control({"name": {"id": ident, "name": str(name)[:200]}})
+    return ident
+
+
+def mark(name: str) -> None:
+    """Put a named instant on the timeline (e.g. ``"eval"``, ``"lr-drop"``)."""
+    try:
+        if _agent is not None:
+            _hot.mark(_name_id(name))
+    except Exception:
+        pass
+
+
+def phase(name: str) -> _hot.Phase:
+    """``with trainmon.agent.phase("eval"): ...`` — a named span on the timeline."""
+    try:
+        return _hot.Phase(_name_id(name) if _agent is not None else -1)
+    except Exception:
+        return _hot.Phase(-1)
+
+
+def stats() -> dict[str, int]:
+    """Agent counters: records sent and dropped, connections made."""
+    agent = _agent
+    if agent is None:
+        return {"sent_records": 0, "dropped_records": 0, "connections": 0}
+    s = agent.sender
+    return {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
+
+
+def report_device() -> None:
+    """Tell the monitor which device the job uses once it is known (called by integrations)."""
+    if _agent is not None and (device := _device_kind()):
+        _agent.sender.add_control({"device": device})
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (e.g. a DataLoader worker) starts inert: no sender, no patches, no buffer."""
+    global _agent
+    agent, _agent = _agent, None
+    _hot.reset_buffer()
+    if agent is not None:
+        try:
+            agent.hooks.uninstall()
+        except Exception:
+            pass
+
+
+def _at_exit() -> None:
+    agent = _agent
+    if agent is not None:
+        try:
+            agent.sender.stop(reason="exit")
+        except Exception:
+            pass
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

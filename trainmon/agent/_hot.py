@@ -1,0 +1,109 @@
+"""The agent's per-batch and per-step path: clock reads and one append, nothing else.
+
+Every record is appended with a single ``array.extend`` of a 4-tuple, which is atomic under
+the GIL, so the sender thread can swap the buffer at any moment without tearing a record.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP, K_WAIT
+
+_pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
+_buf = array("q")
+
+
+def swap_buffer() -> array:
+    """Hand the filled buffer to the sender and start a fresh one."""
+    global _buf
+    full, _buf = _buf, array("q")
+    return full
+
+
+def reset_buffer() -> None:
+    global _buf
+    _buf = array("q")
+
+
+def pending_records() -> int:
+    return len(_buf) // 4
+
+
+def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``_BaseDataLoaderIter.__next__``: the time spent inside it is the data wait."""
+
+    def __next__(self):
+        t0 = _pc()
+        try:
+            batch = orig(self)
+        except StopIteration:
+            # _trainmon_tag is K_WAIT | loader_id << 8; K_ITER_END == K_WAIT + 1.
+            _buf.extend((self._trainmon_tag + 1, t0, _pc(), 0))
+            raise
+        _buf.extend((self._trainmon_tag, t0, _pc(), 0))
+        return batch
+
+    __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
+    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+    return __next__
+
+
+def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    t = _pc()
+    _buf.extend((K_OPT, t, t, 0))
+
+
+def step() -> None:
+    t = _pc()
+    _buf.extend((K_STEP, t, t, 0))
+
+
+def mark(name_id: int) -> None:
+    t = _pc()
+    _buf.extend((K_MARK | name_id << 8, t, t, 0))
+
+
+def span(kind: int, ident: int, t0: int, t1: int, value: int = 0) -> None:
+    _buf.extend((kind | ident << 8, t0, t1, value))
+
+
+def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.save``: a checkpoint event with its duration."""
+
+    def save(*args: Any, **kwargs: Any) -> Any:
+        t0 = _pc()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _buf.extend((K_CKPT, t0, _pc(), 0))
+
+    save.__trainmon_original__ = orig  # type: ignore[attr-defined]
+    save.__wrapped__ = orig  # type: ignore[attr-defined]
+    save.__doc__ = orig.__doc__
+    save.__name__ = getattr(orig, "__name__", "save")
+    return save
+
+
+class Phase:
+    """``with trainmon.agent.phase("eval"):`` — a named span."""
+
+    __slots__ = ("_ident", "_t0")
+
+    def __init__(self, ident: int) -> None:
+        self._ident = ident
+        self._t0 = 0
+
+    def __enter__(self) -> Phase:
+        self._t0 = _pc()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ident >= 0:
+            _buf.extend((K_PHASE | self._ident << 8, self._t0, _pc(), 0))
+
+
+WAIT_TAG_UNREGISTERED = K_WAIT

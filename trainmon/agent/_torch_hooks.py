@@ -1,0 +1,242 @@
+"""Patch torch (already imported, or when it gets imported) to time DataLoader waits and steps.
+
+Only class attributes are replaced, and every replacement keeps the original so ``detach()``
+and DataLoader workers (after fork) can restore it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trainmon.agent import _hot
+from trainmon.protocol import K_ITER_START, K_WAIT
+
+WORKER_ENV = "TRAINMON_WORKER"
+
+
+class Registry:
+    """Loaders seen so far; talks to the sender through ``emit`` (a control-message sink)."""
+
+    def __init__(self, emit: Callable[[dict], None]) -> None:
+        self.emit = emit
+        self.next_id = 1
+        self.worker_pids: dict[int, list[int]] = {}
+
+    def register_loader(self, config: dict) -> int:
+        lid = self.next_id
+        self.next_id += 1
+        self.emit({"loader": dict(config, id=lid)})
+        return lid
+
+    def iter_started(self, lid: int, it: Any) -> None:
+        it._trainmon_tag = K_WAIT | lid << 8
+        workers = getattr(it, "_workers", None) or []
+        pids = [w.pid for w in workers if getattr(w, "pid", None)]
+        _hot.span(K_ITER_START, lid, _hot._pc(), _hot._pc(), len(pids))
+        if pids and pids != self.worker_pids.get(lid):
+            self.worker_pids[lid] = pids
+            self.emit({"workers": {"loader": lid, "pids": pids}})
+
+
+def loader_config(loader: Any) -> dict:
+    def attr(name: str, default: Any = None) -> Any:
+        try:
+            return getattr(loader, name, default)
+        except Exception:
+            return default
+
+    dataset = attr("dataset")
+    try:
+        dataset_len = len(dataset)  # type: ignore[arg-type]
+    except Exception:
+        dataset_len = None
+    ctx = attr("multiprocessing_context")
+    return {
+        "batch_size": attr("batch_size"),
+        "num_workers": attr("num_workers", 0),
+        "pin_memory": bool(attr("pin_memory", False)),
+        "prefetch_factor": attr("prefetch_factor"),
+        "persistent_workers": bool(attr("persistent_workers", False)),
+        "drop_last": bool(attr("drop_last", False)),
+        "dataset": type(dataset).__name__ if dataset is not None else None,
+        "dataset_len": dataset_len,
+        "sampler": type(attr("sampler")).__name__,
+        "multiprocessing_context": getattr(ctx, "_name", None) or (str(ctx) if ctx else None),
+    }
+
+
+def iterator_config(it: Any) -> dict:
+    """Config of a loader known only through an iterator made before ``attach()``."""
+
+    def attr(name: str, default: Any = None) -> Any:
+        return getattr(it, name, default)
+
+    sampler = attr("_index_sampler")
+    return {
+        "batch_size": getattr(sampler, "batch_size", None),
+        "num_workers": attr("_num_workers", 0),
+        "pin_memory": bool(attr("_pin_memory", False)),
+        "prefetch_factor": attr("_prefetch_factor"),
+        "persistent_workers": bool(attr("_persistent_workers", False)),
+        "drop_last": bool(attr("_drop_last", False)),
+        "dataset": type(attr("_dataset")).__name__,
+        "dataset_len": None,
+        "sampler": type(sampler).__name__,
+        "multiprocessing_context": None,
+        "attached_late": True,
+    }
+
+
+class LazyTag:
+    """Class-level default of ``_trainmon_tag``: registers iterators made before ``attach()``.
+
+    A non-data descriptor, so an instance's own ``_trainmon_tag`` wins at no extra cost.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def __get__(self, it: Any, owner: type | None = None) -> Any:
+        if it is None:
+            return self
+        try:
+            lid = self.registry.register_loader(iterator_config(it))
+            self.registry.iter_started(lid, it)
+            return it._trainmon_tag
+        except Exception:
+            it.__dict__["_trainmon_tag"] = K_WAIT
+            return K_WAIT
+
+
+class TorchHooks:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.installed = False
+        self._undo: list[Callable[[], None]] = []
+        self._watcher: _TorchImportWatcher | None = None
+
+    def install(self) -> None:
+        """Patch now if torch is imported, otherwise as soon as it is."""
+        if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
+            self._patch()
+        elif self._watcher is None:
+            self._watcher = _TorchImportWatcher(self._patch)
+            sys.meta_path.insert(0, self._watcher)
+
+    def uninstall(self) -> None:
+        if self._watcher is not None:
+            try:
+                sys.meta_path.remove(self._watcher)
+            except ValueError:
+                pass
+            self._watcher = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:
+                pass
+        self.installed = False
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        had = name in vars(owner) if isinstance(owner, type) else hasattr(owner, name)
+        old = getattr(owner, name, None)
+
+        def undo() -> None:
+            if had:
+                setattr(owner, name, old)
+            else:
+                delattr(owner, name)
+
+        setattr(owner, name, value)
+        self._undo.append(undo)
+
+    def _patch(self) -> None:
+        if self.installed:
+            return
+        self.installed = True
+        import torch
+        from torch.utils.data import dataloader as dl
+
+        registry = self.registry
+        it_cls = dl._BaseDataLoaderIter
+        self._set(it_cls, "_trainmon_tag", LazyTag(registry))
+        self._set(it_cls, "__next__", _hot.wrap_next(it_cls.__next__))
+
+        orig_iter = dl.DataLoader.__iter__
+
+        def __iter__(loader):
+            lid = loader.__dict__.get("_trainmon_id")
+            if lid is None:
+                try:
+                    lid = registry.register_loader(loader_config(loader))
+                    object.__setattr__(loader, "_trainmon_id", lid)
+                except Exception:
+                    lid = 0
+            # Spawned/forkserver workers inherit this, so an unguarded attach() in them stays inert.
+            previous = os.environ.get(WORKER_ENV)
+            os.environ[WORKER_ENV] = "1"
+            try:
+                it = orig_iter(loader)
+            finally:
+                if previous is None:
+                    os.environ.pop(WORKER_ENV, None)
+                else:
+                    os.environ[WORKER_ENV] = previous
+            try:
+                registry.iter_started(lid, it)
+            except Exception:
+                pass
+            return it
+
+        __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
+        self._set(dl.DataLoader, "__iter__", __iter__)
+
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        handle = register_optimizer_step_post_hook(_hot.optimizer_step_post_hook)
+        self._undo.append(handle.remove)
+
+        import torch.serialization
+
+        saver = _hot.wrap_save(torch.serialization.save)
+        self._set(torch, "save", saver)
+        self._set(torch.serialization, "save", saver)
+
+
+class _TorchImportWatcher:
+    """A meta-path finder that runs ``callback`` right after ``import torch`` completes."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original_exec = getattr(loader, "exec_module", None)
+        if original_exec is None:
+            return None
+        callback = self.callback
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            try:
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+                callback()
+            except Exception:
+                pass
+
+        loader.exec_module = exec_module
+        return spec

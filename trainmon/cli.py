@@ -1,0 +1,295 @@
+"""Command line: ``trainmon [live] | demo | run | record | report``. Errors are one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+from trainmon import __version__
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2 (or ``status``)."""
+
+    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _positive(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trainmon.demo.scenarios import DEFAULT, SCENARIOS
+    from trainmon.report.render import FORMATS
+
+    p = argparse.ArgumentParser(prog="trainmon", description="What is the GPU waiting for, and what should I change?")
+    p.add_argument("--version", action="version", version=f"trainmon {__version__}")
+    p.add_argument("--listen", metavar="ADDR", default=None,
+                   help="address agents connect to: a Unix socket path or HOST:PORT (default: $TRAINMON_ADDR or "
+                        "a per-user socket)")
+    p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="refresh interval (default 1 s)")
+    p.add_argument("--token", default=None, help="shared token required from agents on a non-loopback TCP address")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="run a built-in demo training under the monitor")
+    d.add_argument("--scenario", default=DEFAULT, choices=sorted(SCENARIOS), help=f"default: {DEFAULT}")
+    d.add_argument("--steps", type=int, default=None, help="override the scenario's step count")
+
+    r = sub.add_parser("run", help="run CMD with the agent attached (no code change)")
+    r.add_argument("--record", metavar="FILE", default=None, help="also record to FILE")
+    r.add_argument("--no-tui", action="store_true", help="print status lines instead of the screen")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ...")
+
+    rec = sub.add_parser("record", help="record headless to a file")
+    rec.add_argument("--output", "-o", required=True, metavar="FILE")
+    rec.add_argument("--duration", type=_positive, default=None, metavar="S", help="stop after S seconds")
+    rec.add_argument("--listen", dest="sub_listen", metavar="ADDR", default=None)
+    rec.add_argument("--interval", dest="sub_interval", type=_positive, default=None, metavar="S")
+    rec.add_argument("--quiet", "-q", action="store_true", help="no status lines")
+
+    rep = sub.add_parser("report", help="summarise a recording")
+    rep.add_argument("file")
+    rep.add_argument("--format", "-f", default="text", choices=FORMATS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="trainmon: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers: dict[str | None, Callable[[argparse.Namespace], int]] = {
+        None: cmd_live, "demo": cmd_demo, "run": cmd_run, "record": cmd_record, "report": cmd_report,
+    }
+    try:
+        return handlers[args.command](args)
+    except CliError as exc:
+        print(f"trainmon: error: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _listen(args: argparse.Namespace) -> str | None:
+    return getattr(args, "sub_listen", None) or args.listen
+
+
+def _interval(args: argparse.Namespace) -> float:
+    return getattr(args, "sub_interval", None) or args.interval
+
+
+def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None):
+    from trainmon.monitor import Monitor
+    from trainmon.sources.agents import AddressError
+
+    monitor = Monitor(address, interval=interval, token=token, sinks=sinks)
+    try:
+        monitor.start()
+    except AddressError as exc:
+        raise CliError(str(exc)) from None
+    return monitor
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def _print_status(snap) -> None:
+    from trainmon.monitor import status_line
+
+    try:
+        print(status_line(snap), flush=True)
+    except BrokenPipeError:
+        pass
+
+
+def _private_address() -> tuple[str, tempfile.TemporaryDirectory]:
+    tmp = tempfile.TemporaryDirectory(prefix="trainmon-")
+    os.chmod(tmp.name, 0o700)
+    return os.path.join(tmp.name, "monitor.sock"), tmp
+
+
+# ------------------------------------------------------------------ commands
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    monitor = _start_monitor(_listen(args), _interval(args), args.token)
+    print(f"trainmon {__version__}: listening on {monitor.address} — in training: trainmon.agent.attach() "
+          f"(or TRAINMON_ADDR={monitor.address})", file=sys.stderr, flush=True)
+    monitor.listeners.append(_print_status)
+    stop = _stop_event()
+    try:
+        stop.wait()
+    finally:
+        monitor.stop()
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from trainmon.record import Recorder, RecorderError
+
+    try:
+        recorder = Recorder(args.output)
+    except RecorderError as exc:
+        raise CliError(str(exc)) from None
+    monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder])
+    print(f"trainmon: recording to {args.output}; agents connect to {monitor.address}", file=sys.stderr, flush=True)
+    if not args.quiet:
+        monitor.listeners.append(_print_status)
+    stop = _stop_event()
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while not stop.is_set():
+            timeout = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
+            if stop.wait(timeout) or (deadline is not None and time.monotonic() >= deadline):
+                break
+            if recorder.error:
+                break
+    finally:
+        monitor.stop()
+        recorder.close()
+    if recorder.error:
+        print(f"trainmon: error: {recorder.error}", file=sys.stderr)
+        return 1
+    runs = len(monitor.store.runs)
+    steps = sum(r.steps.total for r in monitor.store.runs.values())
+    print(f"trainmon: wrote {args.output} ({recorder.bytes_written / 1024:.0f} KiB, {runs} run(s), {steps} steps)",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from trainmon.record import RecordingError, load_recording
+    from trainmon.report import build_report, render
+
+    try:
+        store, warnings = load_recording(args.file)
+    except RecordingError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    report = build_report(store)
+    if warnings:
+        report["warnings"] = warnings
+        for w in warnings:
+            print(f"trainmon: warning: {args.file}: {w}", file=sys.stderr)
+    sys.stdout.write(render(report, args.format))
+    return 0
+
+
+def _require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise CliError("the demo trains a real PyTorch model: install torch first (pip install torch)")
+
+
+def _run_child(cmd: list[str], env: dict[str, str], monitor, on_tick: bool) -> int:
+    try:
+        child = subprocess.Popen(cmd, env=env)
+    except FileNotFoundError:
+        raise CliError(f"command not found: {cmd[0]}", status=127) from None
+    except PermissionError:
+        raise CliError(f"permission denied: {cmd[0]}", status=126) from None
+
+    def forward(signum, frame):
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    if on_tick:
+        monitor.listeners.append(_print_status)
+    try:
+        return child.wait()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from trainmon.demo.scenarios import SCENARIOS
+    from trainmon.report import build_report, render
+
+    _require_torch()
+    scenario = SCENARIOS[args.scenario]
+    address, tmp = _private_address()
+    with tmp:
+        monitor = _start_monitor(address, _interval(args), None)
+        print(f"trainmon demo: scenario {scenario.name} — {scenario.description}", flush=True)
+        cmd = [sys.executable, "-m", "trainmon.demo.train", *scenario.args]
+        if args.steps:
+            cmd += ["--steps", str(args.steps)]
+        env = dict(os.environ, TRAINMON_ADDR=address, TRAINMON_DEMO_NAME=f"demo:{scenario.name}")
+        try:
+            status = _run_child(cmd, env, monitor, on_tick=True)
+            time.sleep(0.3)  # the agent's last batch arrives
+        finally:
+            monitor.stop()
+        print()
+        sys.stdout.write(render(build_report(monitor.store), "text"))
+        print(f"(expected verdict for this scenario: {scenario.expected})")
+    return status
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from trainmon.launch import agent_env
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise CliError("nothing to run: trainmon run [--record FILE] [--no-tui] -- CMD ...")
+    recorder = None
+    if args.record:
+        from trainmon.record import Recorder, RecorderError
+
+        try:
+            recorder = Recorder(args.record)
+        except RecorderError as exc:
+            raise CliError(str(exc)) from None
+    address, tmp = _private_address()
+    with tmp:
+        monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None)
+        try:
+            with agent_env(address) as env:
+                status = _run_child(cmd, env, monitor, on_tick=True)
+            time.sleep(0.3)
+        finally:
+            monitor.stop()
+            if recorder is not None:
+                recorder.close()
+    if recorder is not None and recorder.error:
+        print(f"trainmon: error: {recorder.error}", file=sys.stderr)
+    return status if status >= 0 else 128 - status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

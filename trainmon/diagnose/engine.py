@@ -1,0 +1,83 @@
+"""Evaluate every rule over the current window, and keep a verdict that does not flicker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainmon.diagnose import rules
+from trainmon.diagnose.findings import Finding, headline
+from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.window import host_window, run_window
+from trainmon.store.store import Store
+
+
+def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Finding]:
+    """All findings that hold at time ``t``, best-ranked first (pure: reads the store only)."""
+    th = th or Thresholds()
+    t0 = t - th.window_s
+    findings: list[Finding] = []
+    with store.lock:
+        host = host_window(store, t0, t)
+        runs = [r for r in store.runs.values() if r.first_seen <= t]
+        judged = 0
+        for run in runs:
+            w = run_window(run, t0, t, min_steps=th.window_steps)
+            if w.steps == 0 and w.warm_steps == 0 and (not run.connected or run.last_seen < t0):
+                continue  # ended long ago or never stepped in this window
+            if (f := rules.checkpoint_stall(w, th)) is not None:
+                findings.append(f)
+            if (f := rules.insufficient(w, th)) is not None:
+                findings.append(f)
+                continue
+            judged += 1
+            # Host figures over the span the steps cover, not after the run stopped.
+            run_host = host_window(store, w.t0, min(t, w.last_end)) if w.last_end == w.last_end else host
+            for rule in (rules.input_bound,):
+                if (f := rule(w, run_host, th)) is not None:
+                    findings.append(f)
+            if (f := rules.compute_bound(w, th)) is not None:
+                findings.append(f)
+        if (f := rules.host_memory(host, th)) is not None:
+            findings.append(f)
+    if not findings:
+        findings.append(Finding("insufficient_data", "ok", "no training process has reported steps yet",
+                                ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
+                                {"runs": len(runs)}))
+    if judged and any(f.code != "insufficient_data" for f in findings):
+        findings = [f for f in findings if f.code != "insufficient_data"]
+    return sorted(findings, key=lambda f: f.rank)
+
+
+@dataclass
+class VerdictTracker:
+    """Hysteresis: the shown verdict changes only once a new headline code has held ``hold_s``."""
+
+    hold_s: float = 3.0
+    current: Finding | None = None
+    since: float | None = None
+    _candidate: str | None = None
+    _candidate_since: float = 0.0
+    changes: list[tuple[float, str]] = field(default_factory=list)
+
+    def update(self, t: float, findings: list[Finding]) -> Finding | None:
+        top = headline(findings)
+        if top is None:
+            return self.current
+        if self.current is None:
+            self._switch(t, top)
+        elif top.code == self.current.code:
+            self.current = top  # same cause, fresher numbers
+            self._candidate = None
+        else:
+            if self._candidate != top.code:
+                self._candidate = top.code
+                self._candidate_since = t
+            if t - self._candidate_since >= self.hold_s:
+                self._switch(self._candidate_since, top)
+        return self.current
+
+    def _switch(self, t: float, finding: Finding) -> None:
+        self.current = finding
+        self.since = t
+        self._candidate = None
+        self.changes.append((t, finding.code))

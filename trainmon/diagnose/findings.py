@@ -1,0 +1,54 @@
+"""Findings and the fixed verdict codes (see DESIGN.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("ok", "warning", "critical")
+
+# code → one-line meaning; order = priority when several hold (first wins at equal severity).
+CODES: dict[str, str] = {
+    "stall.checkpoint": "checkpoint saves take a material share of wall time",
+    "dist.straggler": "one rank is slower than the rest",
+    "input.main_process": "data loads in the main process (num_workers=0) and the loop waits on it",
+    "input.io": "DataLoader workers mostly wait on reads rather than compute",
+    "input.workers_cpu": "workers are CPU-bound and the host CPU is saturated",
+    "input.too_few_workers": "workers are busy all the time while the host has idle cores",
+    "input.host_to_device": "host→device copies are exposed",
+    "host.overhead": "the main thread is busy outside data waits while the accelerator idles",
+    "memory.host_pressure": "host memory nearly full or swapping",
+    "memory.gpu_pressure": "accelerator memory nearly full",
+    "gpu.throttled": "clocks held down by power or thermal limits",
+    "stall.periodic": "recurring long steps (eval, logging bursts, GC)",
+    "ok.compute_bound": "no starvation: the accelerator (or the compute) is the limit",
+    "insufficient_data": "too few steps after warm-up to judge",
+}
+PRIORITY = {code: i for i, code in enumerate(CODES)}
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str
+    summary: str
+    advice: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown verdict code {self.code!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Sort key: worse severity first, then the table's priority."""
+        return (-SEVERITIES.index(self.severity), PRIORITY[self.code])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def headline(findings: list[Finding]) -> Finding | None:
+    return min(findings, key=lambda f: f.rank) if findings else None

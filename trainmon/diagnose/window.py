@@ -1,0 +1,124 @@
+"""Figures over a time window: what every rule reads. Pure functions of the store."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon.store.run import Run
+from trainmon.store.store import Store
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of unsorted values (nan when empty)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def mean(values) -> float:
+    vals = [v for v in values if v == v]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+@dataclass
+class RunWindow:
+    run: Run
+    t0: float
+    t1: float
+    steps: int = 0
+    warm_steps: int = 0
+    step_time_s: float = 0.0
+    wait_s: float = 0.0
+    samples: int = 0
+    step_p50_s: float = math.nan
+    step_p95_s: float = math.nan
+    step_max_s: float = math.nan
+    checkpoint_s: float = 0.0
+    checkpoints: int = 0
+    last_end: float = math.nan
+    durations: list[float] = field(default_factory=list)
+
+    @property
+    def wait_fraction(self) -> float:
+        return self.wait_s / self.step_time_s if self.step_time_s > 0 else math.nan
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.step_time_s if self.step_time_s > 0 and self.samples else math.nan
+
+    @property
+    def span_s(self) -> float:
+        return self.t1 - self.t0
+
+    @property
+    def loader(self) -> dict[str, Any]:
+        train = self.run.train_loader()
+        return dict(train.config) if train is not None else {}
+
+
+def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
+    """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``."""
+    steps = run.steps
+    i, j = steps.index_range(t0, t1)
+    if j - i < min_steps:
+        lo, _ = steps.index_range(t1 - max_lookback_s, t1)
+        k = j
+        count = 0
+        while k > lo and count < min_steps:
+            k -= 1
+            if not steps.warm[k]:
+                count += 1
+        i = min(i, k)
+    w = RunWindow(run, steps.start[i] if j > i else t0, t1)
+    for k in range(i, j):
+        if steps.warm[k]:
+            w.warm_steps += 1
+            continue
+        d = steps.end[k] - steps.start[k]
+        w.steps += 1
+        w.step_time_s += d
+        w.wait_s += steps.wait[k]
+        w.samples += steps.samples[k]
+        w.durations.append(d)
+        w.last_end = steps.end[k]
+    if w.durations:
+        w.step_p50_s = quantile(w.durations, 0.5)
+        w.step_p95_s = quantile(w.durations, 0.95)
+        w.step_max_s = max(w.durations)
+    for c0, c1 in run.checkpoints:
+        overlap = min(c1, t1) - max(c0, w.t0)
+        if overlap > 0:
+            w.checkpoint_s += overlap
+            w.checkpoints += 1
+    return w
+
+
+@dataclass
+class HostWindow:
+    cpu_busy: float = math.nan
+    cpu_iowait: float = math.nan
+    cores: int = 1
+    mem_used_pct_max: float = math.nan
+    swap_used_mb_max: float = math.nan
+    swap_growth_mb: float = math.nan
+
+
+def host_window(store: Store, t0: float, t1: float) -> HostWindow:
+    h = HostWindow()
+    h.cpu_busy = mean(store.values_between("cpu.busy", t0, t1))
+    h.cpu_iowait = mean(store.values_between("cpu.iowait", t0, t1))
+    cores = store.latest("cpu.cores")
+    h.cores = int(cores) if cores and cores == cores else 1
+    mem = [v for v in store.values_between("mem.used_pct", t0, t1) if v == v]
+    h.mem_used_pct_max = max(mem) if mem else math.nan
+    swap = [v for v in store.values_between("swap.used_mb", t0, t1) if v == v]
+    if swap:
+        h.swap_used_mb_max = max(swap)
+        h.swap_growth_mb = swap[-1] - swap[0]
+    return h

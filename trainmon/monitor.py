@@ -1,0 +1,171 @@
+"""The headless Monitor: owns the sources and the store, ticks, diagnoses, hands out snapshots.
+
+The TUI, the recorder, the status line and the tests all drive this one object.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon.diagnose.engine import VerdictTracker, evaluate
+from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.window import run_window
+from trainmon.sources.agents import AgentServer
+from trainmon.sources.host import HostSource
+from trainmon.store.store import Ingest, Store
+
+log = logging.getLogger("trainmon.monitor")
+
+
+class Fanout:
+    """One Ingest that forwards to several (the store, a recorder); a failing sink is isolated."""
+
+    def __init__(self, sinks: list[Ingest]) -> None:
+        self.sinks = sinks
+
+    def _each(self, method: str, *args: Any) -> None:
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception:
+                log.exception("sink %s failed in %s", type(sink).__name__, method)
+
+    def hello(self, run_id: int, t: float, hello: dict[str, Any]) -> None:
+        self._each("hello", run_id, t, hello)
+
+    def events(self, run_id: int, t: float, records: array) -> None:
+        self._each("events", run_id, t, records)
+
+    def info(self, run_id: int, t: float, info: dict[str, Any]) -> None:
+        self._each("info", run_id, t, info)
+
+    def closed(self, run_id: int, t: float, reason: str) -> None:
+        self._each("closed", run_id, t, reason)
+
+    def sample(self, t: float, values: dict[str, float]) -> None:
+        self._each("sample", t, values)
+
+    def meta(self, t: float, meta: dict[str, Any]) -> None:
+        self._each("meta", t, meta)
+
+
+@dataclass
+class RunStatus:
+    run_id: int
+    pid: int
+    rank: int | None
+    name: str
+    connected: bool
+    ended: str | None
+    steps: int
+    steps_per_s: float
+    wait_fraction: float
+    samples_per_s: float
+    step_p50_ms: float
+    dropped_records: int
+
+
+@dataclass
+class Snapshot:
+    t: float
+    runs: list[RunStatus]
+    verdict: Finding | None
+    findings: list[Finding]
+    host: dict[str, float] = field(default_factory=dict)
+
+
+class Monitor:
+    def __init__(self, address: str | None = None, *, interval: float = 1.0, token: str | None = None,
+                 thresholds: Thresholds | None = None, sinks: list[Ingest] | None = None,
+                 listen: bool = True) -> None:
+        self.interval = interval
+        self.thresholds = thresholds or Thresholds()
+        self.store = Store()
+        self.ingest = Fanout([self.store, *(sinks or [])])
+        self.agents = AgentServer(self.ingest, address, token=token) if listen else None
+        self.host = HostSource()
+        self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s)
+        self.findings: list[Finding] = []
+        self.last_snapshot: Snapshot | None = None
+        self.listeners: list[Callable[[Snapshot], None]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str | None:
+        return self.agents.address if self.agents is not None else None
+
+    def start(self) -> None:
+        if self.agents is not None:
+            self.agents.start()
+        self.tick()
+        self._thread = threading.Thread(target=self._loop, name="trainmon-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self.agents is not None:
+            self.agents.stop()
+
+    def _loop(self) -> None:
+        next_t = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("monitor tick failed")
+            # The next tick is scheduled after this one finished: a slow tick never piles up.
+            next_t = max(next_t + self.interval, time.monotonic() + self.interval / 4)
+
+    def tick(self) -> Snapshot:
+        t = time.monotonic()
+        values = self.host.sample()
+        self.ingest.sample(t, values)
+        self.findings = evaluate(self.store, t, self.thresholds)
+        verdict = self.tracker.update(t, self.findings)
+        snap = Snapshot(t, self.run_statuses(t), verdict, self.findings, values)
+        self.last_snapshot = snap
+        for listener in list(self.listeners):
+            try:
+                listener(snap)
+            except Exception:
+                log.exception("snapshot listener failed")
+        return snap
+
+    def run_statuses(self, t: float, rate_window_s: float = 5.0) -> list[RunStatus]:
+        out = []
+        with self.store.lock:
+            for run in self.store.runs.values():
+                w = run_window(run, t - self.thresholds.window_s, t, min_steps=self.thresholds.window_steps)
+                i, j = run.steps.index_range(t - rate_window_s, t)
+                span = min(rate_window_s, max(1e-9, t - run.first_seen))
+                out.append(RunStatus(
+                    run.id, run.pid, run.rank, run.name, run.connected, run.ended, run.steps.total,
+                    (j - i) / span, w.wait_fraction, w.samples_per_s,
+                    w.step_p50_s * 1e3 if w.step_p50_s == w.step_p50_s else math.nan, run.dropped_records))
+        return out
+
+
+def status_line(snap: Snapshot) -> str:
+    """One line for terminals without the TUI: steps/s, data-wait %, verdict."""
+    clock = time.strftime("%H:%M:%S")
+    live = [r for r in snap.runs if r.connected] or snap.runs[-1:]
+    parts = []
+    for r in live[:4]:
+        who = f"rank {r.rank}" if r.rank is not None else f"pid {r.pid}"
+        wait = f"{r.wait_fraction:5.1%}" if r.wait_fraction == r.wait_fraction else "  n/a"
+        parts.append(f"{who}: {r.steps_per_s:6.1f} steps/s, data wait {wait}, {r.steps} steps")
+    runs = " | ".join(parts) if parts else "waiting for a training process to attach"
+    v = snap.verdict
+    verdict = f"{v.code}: {v.summary}" if v is not None else "…"
+    return f"{clock}  {runs}  ▶ {verdict}"

@@ -1,0 +1,1 @@
+"""Sources: agents (socket server), host."""

@@ -1,0 +1,329 @@
+"""Socket server for agents: many concurrent connections, bounded, hostile input closes one connection."""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import ipaddress
+import logging
+import os
+import selectors
+import socket
+import stat
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon import protocol as P
+from trainmon.store.store import Ingest
+
+log = logging.getLogger("trainmon.agents")
+
+MAX_CONNECTIONS = 1024
+HELLO_TIMEOUT_S = 10.0
+RECV_BYTES = 256 * 1024
+MAX_ARGV = 64
+MAX_ARG_CHARS = 1000
+
+
+class AddressError(Exception):
+    """The listen address cannot be used (taken, unsafe directory, bad syntax)."""
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    peer: str
+    opened: float
+    reader: P.FrameReader = field(default_factory=P.FrameReader)
+    run_id: int | None = None
+    authed: bool = True
+    bye: str | None = None
+
+
+class AgentServer:
+    def __init__(self, sink: Ingest, address: str | None = None, *, token: str | None = None,
+                 clock=time.monotonic) -> None:
+        self.sink = sink
+        self.address = P.resolve_address(address)
+        self.token = token if token is not None else os.environ.get("TRAINMON_TOKEN")
+        self.clock = clock
+        self.rejected = 0
+        self.protocol_errors = 0
+        self._sel = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self._conns: dict[int, _Conn] = {}
+        self._run_ids: dict[tuple, int] = {}
+        self._next_run = 1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wakeup_r, self._wakeup_w = socket.socketpair()
+        self._unix_path: str | None = None
+        self._require_token = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def bind(self) -> None:
+        tcp = P.parse_tcp(self.address)
+        if tcp is None:
+            self._listener = self._bind_unix(self.address)
+        else:
+            self._listener = self._bind_tcp(*tcp)
+        self._listener.setblocking(False)
+        self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+        self._wakeup_r.setblocking(False)
+        self._sel.register(self._wakeup_r, selectors.EVENT_READ, "wakeup")
+
+    def _bind_unix(self, path: str) -> socket.socket:
+        directory = os.path.dirname(path) or "."
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise AddressError(f"cannot create socket directory {directory}: {exc.strerror}") from None
+        st = os.stat(directory)
+        if st.st_uid != os.getuid():
+            raise AddressError(f"socket directory {directory} belongs to uid {st.st_uid}, not to you")
+        if stat.S_IMODE(st.st_mode) & 0o077 and directory == P.default_socket_dir():
+            os.chmod(directory, 0o700)
+        if os.path.exists(path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(0.5)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # stale socket of a monitor that died
+            else:
+                raise AddressError(f"another trainmon monitor is already listening on {path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise AddressError(f"cannot listen on {path}: {exc.strerror}") from None
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        sock.listen(256)
+        self._unix_path = path
+        return sock
+
+    def _bind_tcp(self, host: str, port: int) -> socket.socket:
+        try:
+            loopback = ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except (OSError, ValueError):
+            loopback = False
+        if not loopback and not self.token:
+            raise AddressError(
+                f"listening on non-loopback {host}:{port} requires a token (--token or TRAINMON_TOKEN); "
+                "for remote viewing prefer an SSH tunnel to a loopback address")
+        self._require_token = bool(self.token)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise AddressError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        sock.listen(256)
+        if port == 0:
+            self.address = f"{host}:{sock.getsockname()[1]}"
+        return sock
+
+    def start(self) -> None:
+        if self._listener is None:
+            self.bind()
+        self._thread = threading.Thread(target=self._serve, name="trainmon-agents", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self._wakeup_w.send(b"x")
+        except OSError:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        for conn in list(self._conns.values()):
+            self._close(conn, "monitor stopped")
+        if self._listener is not None:
+            self._listener.close()
+        if self._unix_path and os.path.exists(self._unix_path):
+            try:
+                os.unlink(self._unix_path)
+            except OSError:
+                pass
+        self._wakeup_r.close()
+        self._wakeup_w.close()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._conns)
+
+    # ------------------------------------------------------------ loop
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ready = self._sel.select(timeout=1.0)
+            except OSError as exc:
+                log.warning("select failed: %s", exc)
+                time.sleep(0.1)
+                continue
+            for key, _mask in ready:
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wakeup":
+                    try:
+                        self._wakeup_r.recv(64)
+                    except OSError:
+                        pass
+                else:
+                    self._read(key.data)
+            self._expire_silent()
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, addr = self._listener.accept()  # type: ignore[union-attr]
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    log.warning("out of file descriptors; refusing connections for now")
+                return
+            if len(self._conns) >= MAX_CONNECTIONS:
+                self.rejected += 1
+                sock.close()
+                continue
+            peer = self._check_peer(sock, addr)
+            if peer is None:
+                self.rejected += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Conn(sock, peer, self.clock(), authed=not self._require_token)
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _check_peer(self, sock: socket.socket, addr: Any) -> str | None:
+        if sock.family != socket.AF_UNIX:
+            return f"{addr[0]}:{addr[1]}"
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid, uid, _gid = struct.unpack("3i", creds)
+        except OSError:
+            return "unix"
+        if uid not in (os.getuid(), 0):
+            log.warning("refused a connection from uid %d (pid %d): only your own processes may report", uid, pid)
+            return None
+        return f"pid {pid}"
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, f"read error: {exc.strerror or exc}")
+            return
+        if not data:
+            self._close(conn, conn.bye or "disconnected")
+            return
+        try:
+            for kind, payload in conn.reader.feed(data):
+                self._handle(conn, kind, payload)
+        except P.ProtocolError as exc:
+            self.protocol_errors += 1
+            log.warning("closing connection from %s: %s", conn.peer, exc)
+            self._close(conn, f"protocol error: {exc}")
+        except Exception as exc:  # a bug must cost one connection, never the monitor
+            self.protocol_errors += 1
+            log.exception("closing connection from %s after an internal error", conn.peer)
+            self._close(conn, f"internal error: {exc!r}")
+
+    def _handle(self, conn: _Conn, kind: int, payload: bytes) -> None:
+        now = self.clock()
+        if kind == P.F_AUTH:
+            token = P.decode_json(payload).get("token")
+            if not isinstance(token, str) or not self.token or not hmac.compare_digest(
+                    token.encode(), self.token.encode()):
+                raise P.ProtocolError("bad token")
+            conn.authed = True
+            return
+        if not conn.authed:
+            raise P.ProtocolError("this listener requires a token")
+        if kind == P.F_HELLO:
+            if conn.run_id is not None:
+                raise P.ProtocolError("second hello on one connection")
+            hello = _clean_hello(P.decode_json(payload))
+            key = (hello["host"], hello["pid"], hello["session"])
+            run_id = self._run_ids.get(key)
+            if run_id is None:
+                run_id = self._run_ids[key] = self._next_run
+                self._next_run += 1
+            conn.run_id = run_id
+            hello["peer"] = conn.peer
+            self.sink.hello(run_id, now, hello)
+            return
+        if conn.run_id is None:
+            raise P.ProtocolError("data before hello")
+        if kind == P.F_EVENTS:
+            self.sink.events(conn.run_id, now, P.decode_events(payload))
+        elif kind == P.F_INFO:
+            info = P.decode_json(payload)
+            if isinstance(info.get("bye"), str):
+                conn.bye = info["bye"][:32]
+            self.sink.info(conn.run_id, now, info)
+
+    def _expire_silent(self) -> None:
+        now = self.clock()
+        for conn in list(self._conns.values()):
+            if conn.run_id is None and now - conn.opened > HELLO_TIMEOUT_S:
+                log.warning("closing connection from %s: no hello within %.0f s", conn.peer, HELLO_TIMEOUT_S)
+                self._close(conn, "no hello")
+
+    def _close(self, conn: _Conn, reason: str) -> None:
+        fd = conn.sock.fileno()
+        if fd >= 0:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        self._conns.pop(fd, None)
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+        if conn.run_id is not None:
+            self.sink.closed(conn.run_id, self.clock(), reason)
+
+
+def _clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
+    """Keep a hello's fields to their expected types and sizes."""
+    pid = hello.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise P.ProtocolError("hello without a valid pid")
+    clean: dict[str, Any] = {"pid": pid}
+    for key in ("host", "session", "name", "torch", "python", "trainmon", "device"):
+        value = hello.get(key)
+        clean[key] = str(value)[:200] if value is not None else None
+    clean["host"] = clean["host"] or "?"
+    clean["session"] = clean["session"] or str(pid)
+    for key in ("ppid", "rank", "local_rank", "world_size", "connection", "sent_records",
+                "dropped_records", "mono_ns", "protocol"):
+        value = hello.get(key)
+        clean[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
+    wall = hello.get("wall")
+    clean["wall"] = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
+    argv = hello.get("argv")
+    clean["argv"] = [str(a)[:MAX_ARG_CHARS] for a in argv[:MAX_ARGV]] if isinstance(argv, list) else []
+    job = hello.get("job")
+    clean["job"] = ({str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]}
+                    if isinstance(job, dict) else {})
+    return clean

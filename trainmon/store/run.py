@@ -1,0 +1,281 @@
+"""One training process as the monitor sees it: identity, loaders, and steps derived from events.
+
+Step boundaries, in order of precedence:
+1. explicit ``trainmon.agent.step()`` calls;
+2. optimizer ``step()`` post-hooks (a step = all work between two optimizer steps; a second
+   optimizer stepping with no new train batch in between belongs to the same step);
+3. otherwise consecutive ``__next__`` calls of the train loader.
+The train loader is the most iterated one; the others are eval/other phases.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon.protocol import (
+    K_CKPT,
+    K_EXPOSED,
+    K_ITER_END,
+    K_ITER_START,
+    K_MARK,
+    K_OPT,
+    K_PHASE,
+    K_STEP,
+    K_WAIT,
+)
+
+NS = 1e-9
+WARMUP_STEPS = 5  # first steps of a run: compilation, cuDNN autotune, worker start
+RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
+
+
+@dataclass
+class LoaderInfo:
+    id: int
+    config: dict[str, Any] = field(default_factory=dict)
+    worker_pids: list[int] = field(default_factory=list)
+    batches: int = 0
+    wait_s: float = 0.0
+    iterators: int = 0
+
+
+class Steps:
+    """Columnar step table: start, end, data wait (s), samples, warm-up flag."""
+
+    __slots__ = ("cap", "end", "exposed", "samples", "start", "total", "wait", "warm")
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.start = array("d")
+        self.end = array("d")
+        self.wait = array("d")
+        self.exposed = array("d")  # GPU idle exposed by the wait (nan where not measured)
+        self.samples = array("l")
+        self.warm = array("b")
+        self.total = 0  # steps ever completed (the table itself may be trimmed)
+
+    def add(self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float) -> None:
+        self.start.append(start)
+        self.end.append(end)
+        self.wait.append(wait)
+        self.exposed.append(exposed)
+        self.samples.append(samples)
+        self.warm.append(1 if warm else 0)
+        self.total += 1
+        if self.cap is not None and len(self.end) > self.cap:
+            drop = len(self.end) - self.cap + self.cap // 4
+            for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm):
+                del col[:drop]
+
+    def __len__(self) -> int:
+        return len(self.end)
+
+    def index_range(self, t0: float, t1: float) -> tuple[int, int]:
+        """Steps that ended within ``[t0, t1]``."""
+        return bisect_left(self.end, t0), bisect_right(self.end, t1)
+
+
+class Run:
+    def __init__(self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000) -> None:
+        self.id = run_id
+        self.hello = hello
+        self.first_seen = t
+        self.last_seen = t
+        self.connected = True
+        self.ended: str | None = None  # why the run ended: "exit", "detach", "lost", ...
+        self.connections = 1
+        self.dropped_records = 0
+        self.loaders: dict[int, LoaderInfo] = {}
+        self.names: dict[int, str] = {}
+        self.device: str | None = hello.get("device")
+        self.steps = Steps(cap)
+        self.checkpoints: list[tuple[float, float]] = []
+        self.marks: list[tuple[float, str]] = []
+        self.phases: list[tuple[float, float, str]] = []
+        self.iter_starts: list[tuple[float, int]] = []  # (t, loader id)
+        self.eval_wait_s = 0.0
+        self.records = 0
+        self._events_cap = cap
+        # step derivation state
+        self.mode = "next"
+        self._train: int | None = None
+        self._cur_start: float | None = None
+        self._cur_wait = 0.0
+        self._cur_batches = 0
+        self._cur_exposed = float("nan")
+        self._last_end: float | None = None
+        self._warm_until = WARMUP_STEPS
+        self._seen_any_wait = False
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def pid(self) -> int:
+        return int(self.hello.get("pid") or 0)
+
+    @property
+    def rank(self) -> int | None:
+        return self.hello.get("rank")
+
+    @property
+    def name(self) -> str:
+        return str(self.hello.get("name") or "python")
+
+    @property
+    def host(self) -> str:
+        return str(self.hello.get("host") or "")
+
+    @property
+    def job_key(self) -> tuple:
+        """Runs sharing a job: same launcher rendezvous, or the same trainmon run."""
+        job = self.hello.get("job") or {}
+        if job.get("TRAINMON_JOB"):
+            return ("trainmon", job["TRAINMON_JOB"])
+        if job.get("TORCHELASTIC_RUN_ID") or job.get("MASTER_PORT"):
+            return ("dist", job.get("TORCHELASTIC_RUN_ID"), job.get("MASTER_ADDR"), job.get("MASTER_PORT"))
+        return ("pid", self.host, self.pid)
+
+    def train_loader(self) -> LoaderInfo | None:
+        return self.loaders.get(self._train) if self._train is not None else None
+
+    def worker_pids(self) -> list[int]:
+        return [pid for info in self.loaders.values() for pid in info.worker_pids]
+
+    # ------------------------------------------------------------ ingestion
+
+    def apply_info(self, info: dict[str, Any]) -> None:
+        if isinstance(loader := info.get("loader"), dict):
+            lid = _as_int(loader.get("id"))
+            if lid is not None:
+                cfg = {k: v for k, v in loader.items() if k != "id"}
+                self._loader(lid).config = cfg
+        if isinstance(workers := info.get("workers"), dict):
+            lid = _as_int(workers.get("loader"))
+            pids = workers.get("pids")
+            if lid is not None and isinstance(pids, list):
+                self._loader(lid).worker_pids = [p for p in pids if isinstance(p, int)][:1024]
+        if isinstance(name := info.get("name"), dict):
+            ident = _as_int(name.get("id"))
+            if ident is not None:
+                self.names[ident] = str(name.get("name"))[:200]
+        if isinstance(drops := info.get("drops"), int):
+            self.dropped_records = max(self.dropped_records, drops)
+        if isinstance(device := info.get("device"), str):
+            self.device = device[:64]
+        if isinstance(bye := info.get("bye"), str):
+            self.ended = bye[:32]
+
+    def _loader(self, lid: int) -> LoaderInfo:
+        info = self.loaders.get(lid)
+        if info is None:
+            info = self.loaders[lid] = LoaderInfo(lid)
+        return info
+
+    def apply_events(self, records: array) -> None:
+        """Fold a batch of flat int64 records into the step table (see trainmon.protocol)."""
+        n = len(records) // 4
+        self.records += n
+        tags = records[0::4]
+        t0s = records[1::4]
+        t1s = records[2::4]
+        vals = records[3::4]
+        for i in range(n):
+            tag = tags[i]
+            kind = tag & 0xFF
+            t0 = t0s[i] * NS
+            t1 = t1s[i] * NS
+            if kind == K_WAIT:
+                self._on_wait(tag >> 8, t0, t1)
+            elif kind == K_OPT:
+                self._on_boundary(t0, explicit=False)
+            elif kind == K_STEP:
+                self._on_boundary(t0, explicit=True)
+            elif kind == K_ITER_END:
+                self._on_iter_end(tag >> 8, t0)
+            elif kind == K_ITER_START:
+                self._on_iter_start(tag >> 8, t0, vals[i])
+            elif kind == K_CKPT:
+                self.checkpoints.append((t0, t1))
+            elif kind == K_MARK:
+                self.marks.append((t0, self.names.get(tag >> 8, f"mark-{tag >> 8}")))
+            elif kind == K_PHASE:
+                self.phases.append((t0, t1, self.names.get(tag >> 8, f"phase-{tag >> 8}")))
+            elif kind == K_EXPOSED:
+                exposed = vals[i] * NS
+                self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
+        for lst in (self.checkpoints, self.marks, self.phases, self.iter_starts):
+            if self._events_cap is not None and len(lst) > self._events_cap:
+                del lst[: len(lst) - self._events_cap]
+        if n:
+            self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
+
+    def _on_wait(self, lid: int, t0: float, t1: float) -> None:
+        info = self._loader(lid)
+        info.batches += 1
+        info.wait_s += t1 - t0
+        self._seen_any_wait = True
+        train = self.loaders.get(self._train) if self._train is not None else None
+        if train is None or (lid != self._train and info.batches > train.batches):
+            self._train = lid
+        if lid != self._train:
+            self.eval_wait_s += t1 - t0
+            return
+        if self.mode == "next":
+            if self._cur_start is not None:
+                self._close(self._cur_start, t0)
+            self._cur_start = t0
+            self._cur_wait = t1 - t0
+            self._cur_batches = 1
+        else:
+            if self._cur_start is None:
+                self._cur_start = t0
+            self._cur_wait += t1 - t0
+            self._cur_batches += 1
+
+    def _on_boundary(self, t: float, explicit: bool) -> None:
+        if explicit:
+            self.mode = "explicit"
+        elif self.mode == "explicit":
+            return
+        else:
+            self.mode = "opt"
+            if self._seen_any_wait and self._cur_batches == 0:
+                return  # another optimizer of the same iteration
+        start = self._cur_start if self._cur_start is not None else self._last_end
+        if start is None:
+            start = t
+        self._close(start, t)
+        self._cur_start = t
+
+    def _on_iter_end(self, lid: int, t: float) -> None:
+        if lid == self._train and self.mode == "next" and self._cur_start is not None:
+            self._close(self._cur_start, t)
+            self._cur_start = None
+
+    def _on_iter_start(self, lid: int, t: float, workers: int) -> None:
+        info = self._loader(lid)
+        info.iterators += 1
+        self.iter_starts.append((t, lid))
+        persistent = bool(info.config.get("persistent_workers"))
+        if workers > 0 and info.iterators > 1 and not persistent and lid == self._train:
+            self._warm_until = max(self._warm_until, self.steps.total + RESTART_WARMUP_STEPS)
+        if self.mode == "next" and lid == self._train:
+            self._cur_start = None  # a new epoch: the gap before it is not a step
+
+    def _close(self, start: float, end: float) -> None:
+        train = self.loaders.get(self._train) if self._train is not None else None
+        batch = train.config.get("batch_size") if train is not None else None
+        samples = self._cur_batches * batch if isinstance(batch, int) else 0
+        warm = self.steps.total < self._warm_until
+        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed)
+        self._last_end = end
+        self._cur_wait = 0.0
+        self._cur_batches = 0
+        self._cur_exposed = float("nan")
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
