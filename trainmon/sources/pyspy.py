@@ -1,0 +1,440 @@
+"""Python stacks of training processes through py-spy: one-off dumps and agentless sampling of the main thread.
+
+Everything here fails open: a missing binary, denied ptrace, an exited process or a hung py-spy becomes an
+``error`` string with the reason and the fix, never an exception.
+
+py-spy notes that shape this module (see reference/diagnosis.md §0.5):
+- ``dump`` has no ``--idle`` flag and always reports idle threads; ``record``/``top`` would drop them, and a main
+  thread blocked in the DataLoader's ``queue.get`` is idle, so sampling goes through ``dump``.
+- ``dump --json`` ignores ``--subprocesses``: each pid is dumped on its own.
+- ``--nonblocking`` never pauses the training process; a stack may be slightly torn, which sampling tolerates.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+log = logging.getLogger("trainmon.pyspy")
+
+NOT_FOUND = "py-spy not found: pip install py-spy"
+CAP_SYS_PTRACE = 19
+PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+PTRACE_FIX = ("fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
+              "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
+              "securityContext.capabilities.add: [SYS_PTRACE]")
+
+DATALOADER_FILE = "torch/utils/data/dataloader.py"
+DATA_WAIT_FUNCS = frozenset({"__next__", "_next_data", "_get_data", "_try_get_data"})
+CHECKPOINT_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/")
+CHECKPOINT_FUNCS = frozenset({"save", "_save", "_legacy_save", "save_state_dict", "async_save"})
+
+DATA_WAIT = "data_wait"
+CHECKPOINT = "checkpoint"
+COMPUTE = "compute"
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass
+class Frame:
+    name: str
+    filename: str
+    line: int
+    short: str  # package-relative path, e.g. "torch/utils/data/dataloader.py", or the basename
+
+    def label(self) -> str:
+        return f"{self.name} ({self.short}:{self.line})"
+
+
+@dataclass
+class ThreadStack:
+    thread_id: int
+    os_thread_id: int | None
+    name: str
+    is_main: bool
+    active: bool
+    owns_gil: bool
+    frames: list[Frame]  # innermost first
+
+    @property
+    def idle(self) -> bool:
+        return not self.active
+
+
+@dataclass
+class StackDump:
+    pid: int
+    threads: list[ThreadStack] = field(default_factory=list)
+    error: str | None = None
+    elapsed_s: float = 0.0  # wall time of the py-spy call
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def main_thread(self) -> ThreadStack | None:
+        return next((t for t in self.threads if t.is_main), None)
+
+    def summary(self, max_frames: int = 8) -> list[str]:
+        """Readable lines: the main thread first, then the others; innermost frame first, idle threads marked."""
+        if self.error is not None:
+            return [f"pid {self.pid}: {self.error}"]
+        if not self.threads:
+            return [f"pid {self.pid}: no Python threads"]
+        lines = [f"pid {self.pid}: {len(self.threads)} Python thread{'s' if len(self.threads) != 1 else ''}"]
+        for thread in sorted(self.threads, key=lambda t: not t.is_main):
+            tags = (["main"] if thread.is_main else []) + ["idle" if thread.idle else "active"]
+            if thread.owns_gil:
+                tags.append("gil")
+            tid = thread.os_thread_id if thread.os_thread_id is not None else thread.thread_id
+            lines.append(f"thread {tid} {thread.name!r} ({', '.join(tags)})")
+            lines.extend(f"    {frame.label()}" for frame in thread.frames[:max_frames])
+            if len(thread.frames) > max_frames:
+                lines.append(f"    ... {len(thread.frames) - max_frames} more")
+        return lines
+
+
+# ---------------------------------------------------------------- binary and permissions
+
+
+def find_pyspy() -> str | None:
+    """The py-spy next to this interpreter (same virtualenv) first, then PATH."""
+    bindir = os.path.dirname(sys.executable)
+    for name in ("py-spy", "py-spy.exe"):
+        candidate = os.path.join(bindir, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("py-spy")
+
+
+def pyspy_version(binary: str | None = None, timeout: float = 5.0) -> str | None:
+    binary = binary or find_pyspy()
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = out.stdout.strip()
+    return text.split()[-1] if out.returncode == 0 and text else None
+
+
+def read_ptrace_scope() -> int | None:
+    """Yama's ptrace_scope, or None where Yama is absent (no restriction beyond same-user)."""
+    try:
+        with open(PTRACE_SCOPE_PATH) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace() -> bool | None:
+    """CAP_SYS_PTRACE in this process's effective set; None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ptrace_status() -> tuple[bool, str]:
+    """Whether py-spy can likely attach to the training processes, and why (one line)."""
+    if not sys.platform.startswith("linux"):
+        return True, f"{sys.platform}: no Yama; py-spy may need sudo"
+    scope = read_ptrace_scope()
+    cap = has_cap_sys_ptrace()
+    scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
+    cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
+    where = f"{scope_txt}, {cap_txt}"
+    if scope == 3:
+        return False, f"{where}: ptrace is disabled until reboot; py-spy cannot attach"
+    if cap:
+        return True, f"{where}: can attach to any process"
+    if scope in (None, 0):
+        return True, f"{where}: can attach to processes of the same user"
+    if scope == 1:
+        return False, (f"{where}: can attach only to its own descendants (e.g. `trainmon run`); "
+                       "to attach to other processes: sudo sysctl kernel.yama.ptrace_scope=0 or run with sudo")
+    return False, f"{where}: only CAP_SYS_PTRACE may attach; run with sudo or grant CAP_SYS_PTRACE"
+
+
+def permission_message(pid: int) -> str:
+    """One line: why py-spy was refused by the kernel, and the fix."""
+    scope = read_ptrace_scope()
+    cap = has_cap_sys_ptrace()
+    facts = [f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
+             {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]]
+    try:
+        uid = psutil.Process(pid).uids().real
+        if uid != os.getuid():
+            facts.append(f"process owned by uid {uid}, you are uid {os.getuid()}")
+    except (psutil.Error, OSError):
+        pass
+    if scope == 3:
+        why = "ptrace is disabled until reboot"
+    elif cap:
+        why = "an LSM (AppArmor/SELinux), seccomp or a sandbox blocks it"
+    elif scope in (1, 2):
+        why = "Yama allows only descendants" if scope == 1 else "Yama allows only CAP_SYS_PTRACE"
+    else:
+        why = "the process belongs to another user or is not dumpable"
+    return f"py-spy cannot attach to pid {pid}: permission denied, {why} ({', '.join(facts)}); {PTRACE_FIX}"
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, OSError):
+        return False
+
+
+# ---------------------------------------------------------------- dump
+
+
+_PERMISSION_MARKERS = ("permission denied", "operation not permitted", "os error 1)", "os error 13)")
+
+
+def _explain_failure(pid: int, stderr: str, returncode: int) -> str:
+    if process_gone(pid):
+        return f"process {pid} has exited"
+    low = stderr.lower()
+    if any(marker in low for marker in _PERMISSION_MARKERS):
+        return permission_message(pid)
+    first = _first_error_line(stderr)
+    if "failed to find python version" in low or "failed to find a python interpreter" in low:
+        return f"process {pid} does not look like a Python process (py-spy: {first})"
+    return f"py-spy dump of pid {pid} failed (exit {returncode}): {first}"
+
+
+def _first_error_line(stderr: str) -> str:
+    for line in stderr.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Stack backtrace", "Caused by")):
+            return line.removeprefix("Error: ")
+    return "no message"
+
+
+def _short_path(filename: str) -> str:
+    path = filename.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return path.rsplit("/", 1)[-1]
+
+
+def _parse_frame(raw: dict[str, Any]) -> Frame:
+    filename = str(raw.get("filename") or "?")
+    short = raw.get("short_filename") or _short_path(filename)
+    line = raw.get("line")
+    return Frame(name=str(raw.get("name") or "?"), filename=filename,
+                 line=int(line) if isinstance(line, int) else 0, short=str(short))
+
+
+def _parse_thread(pid: int, raw: dict[str, Any]) -> ThreadStack:
+    os_tid = raw.get("os_thread_id")
+    os_tid = int(os_tid) if isinstance(os_tid, int) else None
+    name = str(raw.get("thread_name") or "")
+    if os_tid is not None:
+        is_main = os_tid == pid
+    else:
+        is_main = name == "MainThread"
+    return ThreadStack(
+        thread_id=int(raw.get("thread_id") or 0), os_thread_id=os_tid, name=name or "?", is_main=is_main,
+        active=bool(raw.get("active", True)), owns_gil=bool(raw.get("owns_gil", False)),
+        frames=[_parse_frame(f) for f in raw.get("frames") or [] if isinstance(f, dict)])
+
+
+def parse_dump(pid: int, text: str) -> StackDump:
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        return StackDump(pid, error=f"could not parse py-spy output for pid {pid}: {exc}")
+    if not isinstance(raw, list):
+        return StackDump(pid, error=f"unexpected py-spy output for pid {pid}: {type(raw).__name__}")
+    # Threads of other processes only appear with --subprocesses, which dump --json ignores; filter anyway.
+    threads = [_parse_thread(pid, t) for t in raw if isinstance(t, dict) and t.get("pid", pid) == pid]
+    return StackDump(pid, threads=threads)
+
+
+def dump(pid: int, timeout: float = 5.0) -> StackDump:
+    """Stacks of every Python thread of ``pid`` without pausing it. Never raises."""
+    try:
+        return _dump(pid, timeout)
+    except Exception as exc:  # fail open: a monitor must survive whatever py-spy does
+        log.debug("py-spy dump of %s failed", pid, exc_info=True)
+        return StackDump(pid, error=f"py-spy dump of pid {pid} failed: {exc}")
+
+
+def _dump(pid: int, timeout: float) -> StackDump:
+    binary = find_pyspy()
+    if binary is None:
+        return StackDump(pid, error=NOT_FOUND)
+    if process_gone(pid):
+        return StackDump(pid, error=f"process {pid} has exited")
+    env = dict(os.environ, RUST_BACKTRACE="0")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([binary, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return StackDump(pid, error=f"py-spy dump of pid {pid} timed out after {timeout:g} s",
+                         elapsed_s=time.monotonic() - t0)
+    except FileNotFoundError:
+        return StackDump(pid, error=NOT_FOUND)
+    except OSError as exc:
+        return StackDump(pid, error=f"cannot run py-spy ({binary}): {exc.strerror or exc}")
+    elapsed = time.monotonic() - t0
+    if proc.returncode != 0:
+        return StackDump(pid, error=_explain_failure(pid, proc.stderr, proc.returncode), elapsed_s=elapsed)
+    result = parse_dump(pid, proc.stdout)
+    result.elapsed_s = elapsed
+    return result
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit(".", 1)[-1]  # py-spy names methods by qualified name, "Class.method"
+
+
+def classify(thread: ThreadStack) -> str:
+    """What one sample of the main thread says it was doing: data_wait, checkpoint or compute."""
+    for frame in thread.frames:
+        path = frame.filename.replace("\\", "/")
+        leaf = _leaf(frame.name)
+        if path.endswith(DATALOADER_FILE) and leaf in DATA_WAIT_FUNCS:
+            return DATA_WAIT
+        if leaf in CHECKPOINT_FUNCS and any(marker in path for marker in CHECKPOINT_FILES):
+            return CHECKPOINT
+    return COMPUTE
+
+
+def _is_fatal(error: str) -> bool:
+    return error == NOT_FOUND or "has exited" in error or "permission denied" in error
+
+
+class PySpySampler:
+    """Agentless sampling: dump the main thread of ``pid`` every ``interval`` s on a background thread.
+
+    ``sample()`` turns the samples gathered since the previous call into shares; ``hot_frames()`` names the
+    hottest innermost frames outside data waits over a rolling window of recent samples.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.2, *, timeout: float = 5.0, window: int = 300,
+                 start: bool = True) -> None:
+        self.pid = pid
+        self.interval = max(0.01, interval)
+        self.timeout = timeout
+        self.error: str | None = None
+        self.errors = 0
+        self.dumps = 0
+        self.dump_seconds = 0.0  # total wall time spent in py-spy, for cost accounting
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=max(1, window))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"trainmon-pyspy-{self.pid}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.timeout + 1.0)
+
+    def __enter__(self) -> PySpySampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            t0 = time.monotonic()
+            try:
+                fatal = self.sample_once()
+            except Exception as exc:  # never let the sampler thread die with a traceback
+                log.debug("py-spy sampler for %s failed", self.pid, exc_info=True)
+                self.error, fatal = f"py-spy sampler failed: {exc}", False
+            if fatal:
+                log.info("py-spy sampling of pid %s stopped: %s", self.pid, self.error)
+                return
+            spent = time.monotonic() - t0
+            backoff = min(5.0, self.interval * 2 ** min(self.errors, 5)) if self.error else self.interval
+            delay = max(0.0, backoff - spent)
+
+    def sample_once(self) -> bool:
+        """Take one sample now; True when sampling cannot succeed any more (no binary, no permission, exited)."""
+        result = dump(self.pid, self.timeout)
+        with self._lock:
+            self.dumps += 1
+            self.dump_seconds += result.elapsed_s
+        if result.error is not None:
+            self.errors += 1
+            self.error = result.error
+            return _is_fatal(result.error)
+        main = result.main_thread()
+        if main is None or not main.frames:
+            return False
+        self.error = None
+        self.errors = 0
+        kind = classify(main)
+        with self._lock:
+            self._counts[kind] += 1
+            self._recent.append((kind, main.frames[0].label()))
+        return False
+
+    def sample(self, now: float | None = None) -> dict[str, float]:
+        """Shares of the samples taken since the previous call; NaN shares when there were none."""
+        with self._lock:
+            counts, self._counts = self._counts, collections.Counter()
+        n = sum(counts.values())
+        prefix = f"pyspy.{self.pid}"
+
+        def share(kind: str) -> float:
+            return counts[kind] / n if n else math.nan
+
+        return {f"{prefix}.data_wait_share": share(DATA_WAIT), f"{prefix}.checkpoint_share": share(CHECKPOINT),
+                f"{prefix}.samples": float(n)}
+
+    def hot_frames(self, n: int = 5) -> list[tuple[str, float]]:
+        """The ``n`` most frequent innermost frames outside data waits, with their share of recent samples."""
+        with self._lock:
+            recent = list(self._recent)
+        if not recent:
+            return []
+        hot = collections.Counter(label for kind, label in recent if kind != DATA_WAIT)
+        return [(label, count / len(recent)) for label, count in hot.most_common(n)]
