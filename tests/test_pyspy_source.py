@@ -307,16 +307,17 @@ def _thread(*frames: tuple[str, str]) -> ThreadStack:
 
 
 SITE = "/venv/lib/python3.11/site-packages/"
+DL = SITE + "torch/utils/data/dataloader.py"
 
 
 def test_classify_main_thread_samples() -> None:
     assert pyspy.classify(_thread(("Condition.wait", "/usr/lib/python3.11/threading.py"),
                                   ("Queue.get", "/usr/lib/python3.11/queue.py"),
-                                  ("_MultiProcessingDataLoaderIter._try_get_data", SITE + "torch/utils/data/dataloader.py"),
+                                  ("_MultiProcessingDataLoaderIter._try_get_data", DL),
                                   ("train", "/home/u/train.py"))) == DATA_WAIT
     assert pyspy.classify(_thread(("SlowDataset.__getitem__", "/home/u/train.py"),
-                                  ("_SingleProcessDataLoaderIter._next_data", SITE + "torch/utils/data/dataloader.py"),
-                                  ("_BaseDataLoaderIter.__next__", SITE + "torch/utils/data/dataloader.py"),
+                                  ("_SingleProcessDataLoaderIter._next_data", DL),
+                                  ("_BaseDataLoaderIter.__next__", DL),
                                   ("train", "/home/u/train.py"))) == DATA_WAIT
     assert pyspy.classify(_thread(("_save", SITE + "torch/serialization.py"),
                                   ("save", SITE + "torch/serialization.py"),
@@ -324,7 +325,7 @@ def test_classify_main_thread_samples() -> None:
     assert pyspy.classify(_thread(("Linear.forward", SITE + "torch/nn/modules/linear.py"),
                                   ("train", "/home/u/train.py"))) == COMPUTE
     # a DataLoader constructor is not a wait
-    assert pyspy.classify(_thread(("DataLoader.__init__", SITE + "torch/utils/data/dataloader.py"))) == COMPUTE
+    assert pyspy.classify(_thread(("DataLoader.__init__", DL))) == COMPUTE
 
 
 def test_parse_tolerates_odd_output() -> None:

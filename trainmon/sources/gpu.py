@@ -1,0 +1,705 @@
+"""GPU source: NVML (and GPM on Hopper and newer) through nvidia-ml-py, wrapped so that nothing ever raises.
+
+Every failure is local: a call that fails makes only its own series NaN and records why in `na_reasons`
+(logged once per series and reason). A lost GPU turns only that device's series NaN. Without a driver or a
+GPU the whole source is unavailable, `error` says why in one line, and `sample()` returns {}.
+
+Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clocks in MHz, percentages 0-100.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+log = logging.getLogger("trainmon.gpu")
+
+NAN = math.nan
+MIB = 1024.0 * 1024.0
+
+# NVML return codes: part of the C ABI, identical in every binding version.
+_SUCCESS = 0
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_NOT_FOUND = 6
+_DRIVER_NOT_LOADED = 9
+_LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_RESET_REQUIRED = 16
+_LIB_RM_VERSION_MISMATCH = 18
+_ARGUMENT_VERSION_MISMATCH = 25
+_DEPRECATED = 26
+
+# Failures that will not go away by asking again: the call is not repeated for that device.
+_PERMANENT = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH,
+                        _DEPRECATED})
+_LOST = {_GPU_IS_LOST: "GPU lost", _RESET_REQUIRED: "GPU requires reset"}
+
+# Constants of the NVML API, used when a binding lacks the name.
+_GPU_UTILIZATION_SAMPLES = 1
+_TEMPERATURE_GPU = 0
+_CLOCK_SM = 1
+_CLOCK_MEM = 2
+_PCIE_UTIL_TX_BYTES = 0
+_PCIE_UTIL_RX_BYTES = 1
+_GPM_METRICS_GET_VERSION = 1
+
+# Per-device series, in output order (the name after "gpu.{i}.").
+METRICS = ("util", "util_min", "util_max", "mem_util", "mem_used_mb", "mem_total_mb", "power_w", "power_limit_w",
+           "temp_c", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "throttle", "pcie_rx_mb_s",
+           "pcie_tx_mb_s")
+# GPM series → NVML_GPM_METRIC_* id (SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL, DRAM_BW_UTIL), all percentages.
+GPM_METRICS = {"gpm.sm_active": 2, "gpm.sm_occupancy": 3, "gpm.tensor_active": 5, "gpm.dram_bw": 10}
+# NVML says the two GPM samples must be some time apart; DCGM keeps them >= its update interval.
+GPM_MIN_INTERVAL_S = 0.1
+# On the first read the driver hands back its whole buffer; only the newest second describes "now".
+FIRST_WINDOW_US = 1_000_000
+LOST_PROBE_INTERVAL_S = 5.0
+
+# Entry points, newest first: a FunctionNotFound from an older driver moves on to the next one.
+_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "count": ("nvmlDeviceGetCount",),
+    "handle": ("nvmlDeviceGetHandleByIndex",),
+    "name": ("nvmlDeviceGetName",),
+    "uuid": ("nvmlDeviceGetUUID",),
+    "util": ("nvmlDeviceGetUtilizationRates",),
+    "samples": ("nvmlDeviceGetSamples",),
+    "memory": ("nvmlDeviceGetMemoryInfo",),
+    "power": ("nvmlDeviceGetPowerUsage",),
+    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit",),
+    "temp": ("nvmlDeviceGetTemperature",),
+    "sm_clock": ("nvmlDeviceGetClockInfo",),
+    "mem_clock": ("nvmlDeviceGetClockInfo",),
+    "sm_clock_max": ("nvmlDeviceGetMaxClockInfo",),
+    "throttle": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+    "pcie_rx": ("nvmlDeviceGetPcieThroughput",),
+    "pcie_tx": ("nvmlDeviceGetPcieThroughput",),
+    "procs": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+              "nvmlDeviceGetComputeRunningProcesses"),
+    "proc_util": ("nvmlDeviceGetProcessUtilization",),
+    "gpm_support": ("nvmlGpmQueryDeviceSupport",),
+    "gpm_alloc": ("nvmlGpmSampleAlloc",),
+    "gpm_sample": ("nvmlGpmSampleGet",),
+    "gpm_metrics": ("nvmlGpmMetricsGet",),
+    "gpm_free": ("nvmlGpmSampleFree",),
+}
+
+# nvmlValueType_t → field of the nvmlValue_t union.
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+_FAIL: Any = object()  # sentinel: the call failed and the reason is recorded
+
+
+class _Never(Exception):
+    """Stands in for an exception class the binding does not define, so `except` clauses stay valid."""
+
+
+class _DeviceLost(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Gpm:
+    """Two GPM sample buffers used alternately: each tick's sample is compared with the previous one."""
+
+    def __init__(self, samples: list[Any], query: Any) -> None:
+        self.samples = samples
+        self.query = query  # one reusable nvmlGpmMetricsGet_t
+        self.cur = 0
+        self.have_prev = False
+        self.prev_t = -math.inf
+        self.values = dict.fromkeys(GPM_METRICS, NAN)
+
+
+class _Device:
+    def __init__(self, index: int, handle: Any) -> None:
+        self.index = index
+        self.handle = handle
+        self.prefix = f"gpu.{index}."
+        self.keys = {m: self.prefix + m for m in (*METRICS, *GPM_METRICS)}
+        self.name = ""
+        self.uuid = ""
+        self.mem_total_mb = NAN
+        self.sm_clock_max = NAN
+        self.skip: dict[str, str] = {}  # function key → reason, for permanent failures
+        self.lost: str | None = None
+        self.lost_probe_t = -math.inf
+        self.util_ts = 0  # newest utilisation sample seen (NVML's clock, µs)
+        self.proc_ts = 0  # newest per-process utilisation sample seen
+        self.gpm: _Gpm | None = None
+        self.gpm_status = "not checked"
+        self.series = [self.keys[m] for m in METRICS]
+
+    def set_gpm(self, gpm: _Gpm | None) -> None:
+        self.gpm = gpm
+        self.series = [self.keys[m] for m in (*METRICS, *(GPM_METRICS if gpm is not None else ()))]
+
+
+class GpuSource:
+    """Samples every GPU NVML sees. Construct once, call `sample(now)` each tick, `close()` at the end."""
+
+    name = "gpu"
+
+    def __init__(self, nvml_module: Any = None) -> None:
+        self.error: str | None = None
+        self.na_reasons: dict[str, str] = {}
+        self.unresolved_visible: list[str] = []
+        self._nvml: Any = None
+        self._initialized = False
+        self._lock = threading.Lock()
+        self._devices: list[_Device] = []
+        self._visible: set[int] | None = None
+        self._logged: set[tuple[str, str]] = set()
+        self._fns: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
+        self._init(nvml_module)
+
+    # ------------------------------------------------------------------ setup
+
+    @property
+    def available(self) -> bool:
+        return self._initialized
+
+    def _init(self, nvml_module: Any) -> None:
+        try:
+            if nvml_module is None:
+                import pynvml as nvml_module
+        except Exception as e:  # ImportError, or a binding that fails at import time
+            self.error = f"nvidia-ml-py (pynvml) not importable: {e}"
+            log.info("GPU source unavailable: %s", self.error)
+            return
+        self._nvml = nvml_module
+        self._error_cls = getattr(nvml_module, "NVMLError", None) or _Never
+        self._mismatch_cls = getattr(nvml_module, "NVMLLibraryMismatchError", None) or _Never
+        try:
+            nvml_module.nvmlInit()
+        except Exception as e:
+            self.error = _describe_init_error(e)
+            log.info("GPU source unavailable: %s", self.error)
+            return
+        self._initialized = True
+        self._consts()
+        self._fns = {key: [(n, getattr(nvml_module, n)) for n in names if callable(getattr(nvml_module, n, None))]
+                     for key, names in _FUNCTIONS.items()}
+        count = self._count()
+        self._enumerate(0 if count is None else count, 0.0)
+
+    def _consts(self) -> None:
+        m = self._nvml
+        self._c_util_samples = getattr(m, "NVML_GPU_UTILIZATION_SAMPLES", _GPU_UTILIZATION_SAMPLES)
+        self._c_temp_gpu = getattr(m, "NVML_TEMPERATURE_GPU", _TEMPERATURE_GPU)
+        self._c_clock_sm = getattr(m, "NVML_CLOCK_SM", _CLOCK_SM)
+        self._c_clock_mem = getattr(m, "NVML_CLOCK_MEM", _CLOCK_MEM)
+        self._c_pcie_rx = getattr(m, "NVML_PCIE_UTIL_RX_BYTES", _PCIE_UTIL_RX_BYTES)
+        self._c_pcie_tx = getattr(m, "NVML_PCIE_UTIL_TX_BYTES", _PCIE_UTIL_TX_BYTES)
+
+    def _count(self) -> int | None:
+        fns = self._fns.get("count") or []
+        if not fns:
+            self._log_once("gpu.count", "nvmlDeviceGetCount not in this pynvml binding")
+            return None
+        try:
+            return int(fns[0][1]())
+        except Exception as e:
+            self._log_once("gpu.count", f"device count failed: {_text(e)}")
+            return None
+
+    def _enumerate(self, count: int, now: float) -> None:
+        """(Re)build the device list: handles are looked up here once and cached."""
+        for d in self._devices:
+            self._free_gpm(d)
+        self.na_reasons = {k: v for k, v in self.na_reasons.items() if not k.startswith("gpu.")}
+        self._devices = [self._open_device(i, now) for i in range(count)]
+        if count == 0:
+            self.error = "NVML sees no GPU"
+        elif self.error == "NVML sees no GPU":
+            self.error = None
+
+    def _open_device(self, index: int, now: float) -> _Device:
+        d = _Device(index, None)
+        try:
+            self._open_handle(d)
+        except _DeviceLost as e:
+            self._lose(d, e.reason, now)
+        if d.handle is None and d.lost is None:
+            # Without a handle nothing can be read until the next re-enumeration.
+            self._lose(d, self.na_reasons.pop(d.prefix + "handle", "no device handle"), now)
+        return d
+
+    def _open_handle(self, d: _Device) -> None:
+        handle = self._call(d, "handle", (), d.index)
+        if handle is _FAIL:
+            return
+        d.handle = handle
+        name = self._call(d, "name", (), handle)
+        d.name = name if isinstance(name, str) else ("" if name is _FAIL else _as_str(name))
+        uuid = self._call(d, "uuid", (), handle)
+        d.uuid = uuid if isinstance(uuid, str) else ("" if uuid is _FAIL else _as_str(uuid))
+        mem = self._call(d, "memory", (d.keys["mem_total_mb"],), handle)
+        if mem is not _FAIL:
+            d.mem_total_mb = mem.total / MIB
+        self._open_gpm(d)
+
+    def _open_gpm(self, d: _Device) -> None:
+        support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
+        if support is _FAIL:
+            d.gpm_status = _gpm_reason(self.na_reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
+            return
+        if not getattr(support, "isSupportedDevice", 0):
+            d.gpm_status = "not supported on this GPU (GPM needs Hopper or newer)"
+            return
+        samples = []
+        for _ in range(2):
+            s = self._call(d, "gpm_alloc", ())
+            if s is _FAIL:
+                self._free_samples(d, samples)
+                d.gpm_status = "GPM sample allocation failed: " + self.na_reasons.pop(d.prefix + "gpm_alloc", "?")
+                return
+            samples.append(s)
+        query_cls = getattr(self._nvml, "c_nvmlGpmMetricsGet_t", None)
+        if query_cls is None:
+            self._free_samples(d, samples)
+            d.gpm_status = "this pynvml binding has no c_nvmlGpmMetricsGet_t"
+            return
+        query = query_cls()
+        query.version = getattr(self._nvml, "NVML_GPM_METRICS_GET_VERSION", _GPM_METRICS_GET_VERSION)
+        query.numMetrics = len(GPM_METRICS)
+        for j, metric_id in enumerate(GPM_METRICS.values()):
+            query.metrics[j].metricId = metric_id
+        d.set_gpm(_Gpm(samples, query))
+        d.gpm_status = "ok"
+
+    def _free_samples(self, d: _Device, samples: list[Any]) -> None:
+        for s in samples:
+            self._call(d, "gpm_free", (), s, log_level=logging.DEBUG)
+
+    def _free_gpm(self, d: _Device) -> None:
+        if d.gpm is not None:
+            self._free_samples(d, d.gpm.samples)
+            d.set_gpm(None)
+
+    # ------------------------------------------------------------------ calls and failures
+
+    def _call(self, d: _Device, key: str, series: Sequence[str], *args: Any, not_found: Any = _FAIL,
+              log_level: int = logging.INFO) -> Any:
+        """fn(*args) for the function behind `key`, or _FAIL after recording why `series` are n/a.
+
+        Raises _DeviceLost when NVML says the GPU fell off the bus.
+        """
+        reason = d.skip.get(key)
+        if reason is not None:
+            for s in series:
+                self.na_reasons[s] = reason
+            return _FAIL
+        fns = self._fns.get(key, [])
+        while fns:
+            fn_name, fn = fns[0]
+            try:
+                return fn(*args)
+            except self._error_cls as e:
+                code = getattr(e, "value", None)
+                if code == _FUNCTION_NOT_FOUND and len(fns) > 1:
+                    self._drop_entry_point(key, fn_name, _text(e))
+                    continue
+                if not_found is not _FAIL and code in (_NOT_FOUND, _SUCCESS):
+                    return not_found  # "no samples newer than the timestamp": not a failure
+                if code in _LOST:
+                    raise _DeviceLost(_LOST[code]) from None
+                self._fail(d, key, series, f"{_text(e)} ({fn_name})", code in _PERMANENT, log_level)
+                return _FAIL
+            except self._mismatch_cls as e:  # pynvml's unversioned wrapper over a missing symbol
+                if len(fns) > 1:
+                    self._drop_entry_point(key, fn_name, _text(e))
+                    continue
+                self._fail(d, key, series, f"Function Not Found ({fn_name})", True, log_level)
+                return _FAIL
+            except AttributeError as e:  # a binding whose struct or helper lacks something
+                self._fail(d, key, series, f"{_text(e)} ({fn_name})", True, log_level)
+                return _FAIL
+            except Exception as e:
+                self._fail(d, key, series, f"{type(e).__name__}: {_text(e)} ({fn_name})", False, log_level)
+                return _FAIL
+        names = " / ".join(_FUNCTIONS.get(key, (key,)))
+        self._fail(d, key, series, f"not in this pynvml binding or driver ({names})", True, log_level)
+        return _FAIL
+
+    def _drop_entry_point(self, key: str, fn_name: str, why: str) -> None:
+        fns = self._fns[key]
+        if fns and fns[0][0] == fn_name:
+            fns.pop(0)
+            self._log_once(f"gpu.fn.{fn_name}", f"{fn_name}: {why}; falling back to {fns[0][0]}", logging.DEBUG)
+
+    def _fail(self, d: _Device, key: str, series: Sequence[str], reason: str, permanent: bool,
+              log_level: int) -> None:
+        if permanent:
+            d.skip[key] = reason
+        names = series or (d.prefix + key,)
+        for s in names:
+            self.na_reasons[s] = reason
+        self._log_once(names[0], reason, log_level if permanent else max(log_level, logging.WARNING))
+
+    def _log_once(self, metric: str, reason: str, level: int = logging.WARNING) -> None:
+        if (metric, reason) not in self._logged:
+            self._logged.add((metric, reason))
+            log.log(level, "%s n/a: %s", metric, reason)
+
+    def _mark_device(self, d: _Device, reason: str) -> None:
+        for s in d.series:
+            self.na_reasons[s] = reason
+
+    def _lose(self, d: _Device, reason: str, now: float) -> None:
+        d.lost = reason
+        d.lost_probe_t = now
+        self._mark_device(d, reason)
+        self._log_once(d.prefix.rstrip("."), reason, logging.WARNING)
+
+    def _probe_lost(self, d: _Device, now: float) -> None:
+        """A lost device is asked again only every few seconds: a dead GPU can make each call slow."""
+        fns = self._fns.get("memory")
+        if d.handle is None or not fns or now - d.lost_probe_t < LOST_PROBE_INTERVAL_S:
+            return
+        d.lost_probe_t = now
+        try:
+            fns[0][1](d.handle)
+        except Exception:
+            return
+        log.warning("gpu.%d answers again", d.index)
+        for s in d.series:
+            if self.na_reasons.get(s) == d.lost:
+                del self.na_reasons[s]
+        d.lost = None
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample(self, now: float) -> dict[str, float]:
+        """Flat series for every device; NaN where a value is n/a (see `na_reasons`)."""
+        with self._lock:
+            if not self._initialized:
+                return {}
+            count = self._count()
+            if count is not None and count != len(self._devices):
+                log.info("GPU count changed: %d → %d, re-enumerating", len(self._devices), count)
+                self._enumerate(count, now)
+            out: dict[str, float] = {}
+            for d in self._devices:
+                self._sample_one(d, now, out)
+            return out
+
+    def _sample_one(self, d: _Device, now: float, out: dict[str, float]) -> None:
+        names = d.series
+        for s in names:
+            out[s] = NAN
+        if d.lost is not None:
+            self._probe_lost(d, now)
+            if d.lost is not None:
+                return
+        try:
+            self._read_device(d, now, out)
+        except _DeviceLost as e:
+            for s in names:
+                out[s] = NAN
+            self._lose(d, e.reason, now)
+
+    def _put(self, out: dict[str, float], key: str, value: float) -> None:
+        out[key] = value
+        if key in self.na_reasons:
+            del self.na_reasons[key]
+
+    def _read_device(self, d: _Device, now: float, out: dict[str, float]) -> None:
+        k, h, put = d.keys, d.handle, self._put
+        util = NAN
+        u = self._call(d, "util", (k["util"], k["mem_util"]), h)
+        if u is not _FAIL:
+            util = float(u.gpu)
+            put(out, k["util"], util)
+            put(out, k["mem_util"], float(u.memory))
+        self._read_util_range(d, util, out)
+        mem = self._call(d, "memory", (k["mem_used_mb"], k["mem_total_mb"]), h)
+        if mem is not _FAIL:
+            d.mem_total_mb = mem.total / MIB
+            put(out, k["mem_used_mb"], mem.used / MIB)
+            put(out, k["mem_total_mb"], d.mem_total_mb)
+        self._scalar(d, out, "power", "power_w", 1e-3, h)
+        self._scalar(d, out, "power_limit", "power_limit_w", 1e-3, h)
+        self._scalar(d, out, "temp", "temp_c", 1.0, h, self._c_temp_gpu)
+        self._scalar(d, out, "sm_clock", "sm_clock_mhz", 1.0, h, self._c_clock_sm)
+        self._scalar(d, out, "mem_clock", "mem_clock_mhz", 1.0, h, self._c_clock_mem)
+        if d.sm_clock_max != d.sm_clock_max:  # the max clock never changes: ask until it answers once
+            v = self._call(d, "sm_clock_max", (k["sm_clock_max_mhz"],), h, self._c_clock_sm)
+            if v is not _FAIL:
+                d.sm_clock_max = float(v)
+        if d.sm_clock_max == d.sm_clock_max:
+            put(out, k["sm_clock_max_mhz"], d.sm_clock_max)
+        self._scalar(d, out, "throttle", "throttle", 1.0, h)
+        self._scalar(d, out, "pcie_rx", "pcie_rx_mb_s", 1 / 1024, h, self._c_pcie_rx)
+        self._scalar(d, out, "pcie_tx", "pcie_tx_mb_s", 1 / 1024, h, self._c_pcie_tx)
+        if d.gpm is not None:
+            self._read_gpm(d, d.gpm, now, out)
+
+    def _scalar(self, d: _Device, out: dict[str, float], key: str, metric: str, scale: float, *args: Any) -> None:
+        series = d.keys[metric]
+        v = self._call(d, key, (series,), *args)
+        if v is not _FAIL:
+            self._put(out, series, float(v) * scale)
+
+    def _read_util_range(self, d: _Device, util: float, out: dict[str, float]) -> None:
+        k = d.keys
+        lo_key, hi_key = k["util_min"], k["util_max"]
+        res = self._call(d, "samples", (lo_key, hi_key), d.handle, self._c_util_samples, d.util_ts,
+                         not_found=(1, []))
+        if res is _FAIL:
+            return
+        value_type, samples = res
+        values = self._new_sample_values(d, value_type, samples)
+        if values:
+            self._put(out, lo_key, min(values))
+            self._put(out, hi_key, max(values))
+        elif util == util:
+            # The driver's buffer runs dry while the GPU idles: the snapshot is then the whole story.
+            self._put(out, lo_key, util)
+            self._put(out, hi_key, util)
+
+    def _new_sample_values(self, d: _Device, value_type: int, samples: list[Any]) -> list[float]:
+        if not samples:
+            return []
+        field = _VALUE_FIELDS.get(value_type, "uiVal")
+        newest = max(s.timeStamp for s in samples)
+        cutoff = d.util_ts if d.util_ts else newest - FIRST_WINDOW_US
+        d.util_ts = max(d.util_ts, newest)
+        return [float(getattr(s.sampleValue, field)) for s in samples if s.timeStamp > cutoff]
+
+    def _read_gpm(self, d: _Device, g: _Gpm, now: float, out: dict[str, float]) -> None:
+        keys = [d.keys[m] for m in GPM_METRICS]
+        if g.have_prev and now - g.prev_t < GPM_MIN_INTERVAL_S:
+            self._put_gpm(d, g, out)  # too soon for a meaningful pair: repeat the last values
+            return
+        cur = g.samples[g.cur]
+        if self._call(d, "gpm_sample", keys, d.handle, cur) is _FAIL:
+            g.have_prev = False
+            g.values = dict.fromkeys(GPM_METRICS, NAN)
+            return
+        if g.have_prev:
+            g.query.sample1 = g.samples[1 - g.cur]
+            g.query.sample2 = cur
+            if self._call(d, "gpm_metrics", keys, g.query) is _FAIL:
+                g.values = dict.fromkeys(GPM_METRICS, NAN)
+            else:
+                self._collect_gpm(d, g)
+        else:
+            for s in keys:
+                self.na_reasons[s] = "GPM needs two samples: first value next tick"
+        g.cur = 1 - g.cur
+        g.have_prev = True
+        g.prev_t = now
+        self._put_gpm(d, g, out)
+
+    def _collect_gpm(self, d: _Device, g: _Gpm) -> None:
+        for j, metric in enumerate(GPM_METRICS):
+            m = g.query.metrics[j]
+            ret = int(m.nvmlReturn)
+            if ret == _SUCCESS:
+                g.values[metric] = float(m.value)
+            else:
+                g.values[metric] = NAN
+                reason = f"{_code_text(self._nvml, ret)} (nvmlGpmMetricsGet)"
+                self.na_reasons[d.keys[metric]] = reason
+                self._log_once(d.keys[metric], reason)
+
+    def _put_gpm(self, d: _Device, g: _Gpm, out: dict[str, float]) -> None:
+        for metric, v in g.values.items():
+            if v == v:
+                self._put(out, d.keys[metric], v)
+
+    # ------------------------------------------------------------------ processes
+
+    def process_usage(self) -> dict[int, dict[str, Any]]:
+        """pid → {"gpu": i, "mem_mb": MiB, "sm_pct": % or NaN, "gpus": [i, ...]} for compute processes.
+
+        A process on several GPUs is reported on the one where it holds the most memory ("gpu", "sm_pct")
+        with its memory summed over all of them. sm_pct is 0 for a process NVML lists without utilisation
+        samples (it launched nothing since the last call) and NaN where per-process utilisation is n/a (MIG,
+        older GPUs). PIDs are NVML's, i.e. of the host PID namespace.
+        """
+        with self._lock:
+            if not self._initialized:
+                return {}
+            per_gpu: dict[int, dict[int, tuple[float, float]]] = {}
+            for d in self._devices:
+                if d.lost is not None or d.handle is None:
+                    continue
+                try:
+                    per_gpu[d.index] = self._device_processes(d)
+                except _DeviceLost as e:
+                    self._lose(d, e.reason, -math.inf)
+            return _merge_processes(per_gpu)
+
+    def _device_processes(self, d: _Device) -> dict[int, tuple[float, float]]:
+        procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
+        if procs is _FAIL:
+            return {}
+        self.na_reasons.pop(d.prefix + "proc_mem", None)
+        sm = self._process_sm(d)
+        out: dict[int, tuple[float, float]] = {}
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            mem = NAN if used is None else used / MIB
+            out[int(p.pid)] = (mem, sm.get(int(p.pid), 0.0) if sm is not None else NAN)
+        return out
+
+    def _process_sm(self, d: _Device) -> dict[int, float] | None:
+        key = d.prefix + "proc_sm"
+        samples = self._call(d, "proc_util", (key,), d.handle, d.proc_ts, not_found=[])
+        if samples is _FAIL:
+            return None
+        self.na_reasons.pop(key, None)
+        if not samples:
+            return {}
+        newest = max(s.timeStamp for s in samples)
+        cutoff = d.proc_ts if d.proc_ts else newest - FIRST_WINDOW_US
+        d.proc_ts = max(d.proc_ts, newest)
+        acc: dict[int, list[float]] = {}
+        for s in samples:
+            # Drivers have been seen to return garbage (> 100 %) for exited processes.
+            if s.timeStamp > cutoff and 0 <= s.smUtil <= 100:
+                acc.setdefault(int(s.pid), []).append(float(s.smUtil))
+        return {pid: sum(v) / len(v) for pid, v in acc.items()}
+
+    # ------------------------------------------------------------------ devices and visibility
+
+    def devices(self) -> list[dict[str, Any]]:
+        """index, name, uuid, mem_total_mb, visible (to the job, per the last `resolve_visible`), lost."""
+        with self._lock:
+            return [{"index": d.index, "name": d.name, "uuid": d.uuid, "mem_total_mb": d.mem_total_mb,
+                     "visible": self._visible is None or d.index in self._visible, "lost": d.lost}
+                    for d in self._devices]
+
+    def gpm_status(self) -> dict[int, str]:
+        """Device index → "ok" or why GPM metrics are absent."""
+        with self._lock:
+            return {d.index: d.gpm_status for d in self._devices}
+
+    def resolve_visible(self, cuda_visible_devices: str | None) -> list[int]:
+        """Physical NVML indices named by a CUDA_VISIBLE_DEVICES value, in CUDA's order. NVML only, no CUDA.
+
+        Follows CUDA's parsing: unset means all, "" means none, the list ends at the first entry that names no
+        device ("0,-1,1" is just [0]). Entries are indices or GPU UUIDs ("GPU-…", any unique prefix). MIG
+        UUIDs are left out and listed in `unresolved_visible`. Indices are taken as PCI-bus order, which is
+        CUDA's order only with CUDA_DEVICE_ORDER=PCI_BUS_ID or identical GPUs. The result is remembered as the
+        job's devices for `devices()`.
+        """
+        with self._lock:
+            self.unresolved_visible = []
+            present = list(self._devices)
+            if cuda_visible_devices is None:
+                result = [d.index for d in present]
+            else:
+                result = self._parse_visible(cuda_visible_devices, present)
+            self._visible = set(result) if cuda_visible_devices is not None else None
+            return result
+
+    def _parse_visible(self, value: str, present: list[_Device]) -> list[int]:
+        result: list[int] = []
+        for raw in value.split(","):
+            tok = raw.strip()
+            if tok.upper().startswith("MIG-"):
+                self.unresolved_visible.append(tok)
+                continue
+            index = _match_device(tok, present)
+            if index is None or index in result:
+                break
+            result.append(index)
+        return result
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._initialized:
+                return
+            for d in self._devices:
+                self._free_gpm(d)
+            self._devices = []
+            self._initialized = False
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception as e:
+                log.debug("nvmlShutdown failed: %s", _text(e))
+
+
+def _match_device(tok: str, present: list[_Device]) -> int | None:
+    if not tok:
+        return None
+    if tok.isdigit():
+        i = int(tok)
+        return i if any(d.index == i for d in present) else None
+    want = tok.upper()
+    if not want.startswith("GPU-"):
+        want = "GPU-" + want
+    hits = [d.index for d in present if d.uuid and d.uuid.upper().startswith(want)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _merge_processes(per_gpu: dict[int, dict[int, tuple[float, float]]]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for gpu, procs in sorted(per_gpu.items()):
+        for pid, (mem, sm) in procs.items():
+            entry = out.get(pid)
+            if entry is None:
+                out[pid] = {"gpu": gpu, "mem_mb": mem, "sm_pct": sm, "gpus": [gpu]}
+                continue
+            entry["gpus"].append(gpu)
+            if mem > entry["mem_mb"] or entry["mem_mb"] != entry["mem_mb"]:
+                entry["gpu"], entry["sm_pct"] = gpu, sm
+            entry["mem_mb"] = _nansum(entry["mem_mb"], mem)
+    return out
+
+
+def _nansum(a: float, b: float) -> float:
+    if a != a:
+        return b
+    return a if b != b else a + b
+
+
+def _text(e: BaseException) -> str:
+    try:
+        s = str(e)
+    except Exception:  # NVMLError.__str__ may itself call into NVML
+        s = ""
+    return s or f"NVML error {getattr(e, 'value', type(e).__name__)}"
+
+
+def _code_text(nvml: Any, code: int) -> str:
+    try:
+        return str(nvml.NVMLError(code))
+    except Exception:
+        return f"NVML error {code}"
+
+
+def _as_str(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _gpm_reason(reason: str) -> str:
+    if reason.startswith(("Not Supported", "Function Not Found", "not in this pynvml")):
+        return f"not supported by this GPU or driver (GPM needs Hopper or newer and driver R520+): {reason}"
+    return f"GPM support query failed: {reason}"
+
+
+def _describe_init_error(e: BaseException) -> str:
+    code = getattr(e, "value", None)
+    text = _text(e)
+    if code in (_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
+        return f"no NVIDIA driver: {text}"
+    if code == _LIB_RM_VERSION_MISMATCH:
+        return f"NVIDIA driver and library versions differ (reload the driver or reboot): {text}"
+    if code == _NO_PERMISSION:
+        return f"no permission to use NVML: {text}"
+    if code == _FUNCTION_NOT_FOUND:
+        return f"NVIDIA driver too old for this nvidia-ml-py: {text}"
+    if isinstance(e, OSError):
+        return f"no NVIDIA driver: {type(e).__name__}: {text}"
+    return f"NVML init failed: {text}"

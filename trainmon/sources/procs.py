@@ -1,0 +1,381 @@
+"""The training process tree (mains, DataLoader workers, ranks): CPU, memory, I/O, thread states, run-queue wait.
+
+Only the pids handed over by `tracked()` are ever read, straight from /proc (standard library only).
+Thread states are point-in-time, so a background thread samples `/proc/<pid>/task/*/stat` several times per
+interval and `sample()` reports the share of observations in R (running or runnable), S (sleeping) and
+D (uninterruptible, nearly always disk or network-filesystem I/O). Never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger("trainmon.procs")
+
+ROLES = ("main", "worker", "rank", "child")
+MB = 2**20
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_READ_MAX = 8192
+_IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": "rchar_mb_s",
+            b"wchar": "wchar_mb_s"}
+_STATES = (b"R", b"S", b"D")
+# Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
+_NCOUNT = 8
+
+
+class _Gone(Exception):
+    """The process exited (or became a zombie) between listing and reading."""
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, _READ_MAX)
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(data: bytes) -> list[bytes]:
+    """Fields of a stat line from field 3 (state) on; comm may hold spaces and ')' so split after the last ')'."""
+    return data[data.rfind(b")") + 2:].split()
+
+
+@dataclass
+class _Prev:
+    t: float
+    starttime: int
+    cpu_ticks: int
+    io: dict[str, int] | None
+    wait_ns: dict[str, int] | None = None
+    wait_t: float = 0.0
+
+
+@dataclass
+class _Reading:
+    t: float
+    starttime: int
+    cpu_ticks: int
+    rss_bytes: int
+    threads: int
+    io: dict[str, int] | None = None
+    wait_ns: dict[str, int] | None = None
+    wait_t: float = 0.0
+    na: dict[str, str] = field(default_factory=dict)
+
+
+class ProcSource:
+    name = "procs"
+
+    def __init__(self, tracked: Callable[[], Mapping[int, str]], hz_states: float = 10.0, *,
+                 proc_root: str = "/proc") -> None:
+        self.tracked = tracked
+        self.hz_states = hz_states
+        self.proc_root = proc_root.rstrip("/") or "/"
+        self.na_reasons: dict[str, str] = {}
+        self._roles: dict[int, str] = {}
+        self._pids: tuple[int, ...] = ()  # read by the sampler thread; replaced, never mutated
+        self._prev: dict[int, _Prev] = {}
+        self._counts: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._logged: set[str] = set()
+        self._gone: set[int] = set()  # tracked pids already found gone: logged once each
+
+    # ---- public -------------------------------------------------------------------------------------
+
+    def roles(self) -> dict[int, str]:
+        """{pid: role} as of the last sample."""
+        return dict(self._roles)
+
+    def close(self) -> None:
+        """Stop the state sampler thread. sample() still works afterwards, observing states once per call."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def __enter__(self) -> ProcSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sample(self, now: float | None = None) -> dict[str, float]:
+        """Metrics per tracked pid since the previous call. Rates of a pid appear from its second sample on.
+
+        `now` is the caller's timestamp and is not used: rates use the monotonic time of each read.
+        """
+        out: dict[str, float] = {}
+        try:
+            pids = self._refresh_tracked()
+            self._ensure_sampler()
+            counts = self._take_counts(pids)
+            for pid in pids:
+                try:
+                    metrics = self._sample_pid(pid, counts.get(pid))
+                except _Gone:
+                    metrics = None
+                except Exception as exc:
+                    self._log_once(f"pid-error:{type(exc).__name__}", "procs: reading pid %d failed: %r", pid, exc)
+                    metrics = None
+                if metrics is None:
+                    if pid in self._prev or pid not in self._gone:
+                        log.debug("procs: pid %d is gone, dropped", pid)
+                    self._gone.add(pid)
+                    self._forget(pid)
+                    continue
+                out.update(metrics)
+            for pid in list(self._prev):
+                if pid not in self._roles:
+                    self._forget(pid)
+            self._gone.intersection_update(self._roles)
+        except Exception as exc:  # last resort: a source must never break the monitor
+            self._log_once("unexpected", "procs: unexpected error: %r", exc)
+        return out
+
+    # ---- tracked set and the state sampler ------------------------------------------------------------
+
+    def _refresh_tracked(self) -> tuple[int, ...]:
+        try:
+            raw = dict(self.tracked())
+        except Exception as exc:
+            self._log_once("tracked", "procs: tracked() failed, keeping the last set: %r", exc)
+            return self._pids
+        roles: dict[int, str] = {}
+        for pid, role in raw.items():
+            try:
+                ipid = int(pid)
+            except (TypeError, ValueError):
+                continue
+            if ipid > 0:
+                roles[ipid] = str(role)
+        self._roles = roles
+        self._pids = tuple(sorted(roles))
+        return self._pids
+
+    def _ensure_sampler(self) -> None:
+        if self._thread is not None or self._stop.is_set() or not self.hz_states or self.hz_states <= 0:
+            return
+        self._thread = threading.Thread(target=self._sampler_loop, name="trainmon-procs-states", daemon=True)
+        self._thread.start()
+
+    def _sampler_loop(self) -> None:
+        period = 1.0 / self.hz_states
+        next_t = time.monotonic()
+        while True:
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (suspended, overloaded): skip missed ticks, don't burst
+                next_t = time.monotonic()
+                delay = 0.0
+            if self._stop.wait(delay):
+                return
+            try:
+                for pid in self._pids:
+                    obs = self._observe(pid)
+                    if obs is not None:
+                        self._add_counts(pid, obs)
+            except Exception as exc:
+                self._log_once("sampler", "procs: state sampler error: %r", exc)
+
+    def _observe(self, pid: int) -> list[int] | None:
+        """One look at every thread's state of pid: counts as in _NCOUNT. None when the process is gone."""
+        task_dir = f"{self.proc_root}/{pid}/task"
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            return None
+        counts = [0] * _NCOUNT
+        main = str(pid)
+        for tid in tids:
+            try:
+                data = _read(f"{task_dir}/{tid}/stat")
+            except OSError:
+                continue  # the thread exited after the listing
+            state = data[data.rfind(b")") + 2:][:1]
+            idx = _STATES.index(state) + 1 if state in _STATES else 0
+            counts[0] += 1
+            if idx:
+                counts[idx] += 1
+            if tid == main:
+                counts[4] += 1
+                if idx:
+                    counts[4 + idx] += 1
+        return counts
+
+    def _add_counts(self, pid: int, obs: list[int]) -> None:
+        with self._lock:
+            acc = self._counts.get(pid)
+            if acc is None:
+                self._counts[pid] = obs
+            else:
+                for i, v in enumerate(obs):
+                    acc[i] += v
+
+    def _take_counts(self, pids: tuple[int, ...]) -> dict[int, list[int]]:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        # Nothing observed yet (first call, no sampler, or a pid just added): look once now.
+        for pid in pids:
+            if not counts.get(pid, [0])[0]:
+                obs = self._observe(pid)
+                if obs is not None:
+                    counts[pid] = obs
+        return counts
+
+    # ---- per pid reads ----------------------------------------------------------------------------------
+
+    def _sample_pid(self, pid: int, counts: list[int] | None) -> dict[str, float] | None:
+        cur = self._read_pid(pid)
+        prev = self._prev.get(pid)
+        if prev is not None and prev.starttime != cur.starttime:
+            prev = None  # pid reused by a new process: start over
+        p = f"proc.{pid}."
+        out: dict[str, float] = {p + "rss_mb": cur.rss_bytes / MB, p + "threads": float(cur.threads)}
+        out.update(_state_shares(p, counts))
+        self._note_na(pid, p, cur.na)
+        for key in cur.na:
+            out[p + key] = math.nan
+        if prev is not None:
+            out.update(_rates(p, cur, prev))
+        self._prev[pid] = _Prev(t=cur.t, starttime=cur.starttime, cpu_ticks=cur.cpu_ticks, io=cur.io,
+                                wait_ns=cur.wait_ns, wait_t=cur.wait_t)
+        return out
+
+    def _read_pid(self, pid: int) -> _Reading:
+        base = f"{self.proc_root}/{pid}"
+        try:
+            data = _read(f"{base}/stat")
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Gone from exc
+        t = time.monotonic()
+        f = _stat_fields(data)
+        if not f or f[0] in (b"Z", b"X"):
+            raise _Gone
+        cur = _Reading(t=t, starttime=int(f[19]), cpu_ticks=int(f[11]) + int(f[12]), rss_bytes=int(f[21]) * _PAGE,
+                       threads=int(f[17]))
+        cur.io = self._read_io(base, cur.na)
+        cur.wait_ns, cur.wait_t = self._read_runq_wait(base, cur.na)
+        return cur
+
+    def _read_io(self, base: str, na: dict[str, str]) -> dict[str, int] | None:
+        try:
+            data = _read(f"{base}/io")
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            if not os.path.exists(f"{base}/stat"):
+                raise _Gone from exc
+            reason = "/proc/<pid>/io not available (kernel without CONFIG_TASK_IO_ACCOUNTING)"
+            na.update(dict.fromkeys(_IO_KEYS.values(), reason))
+            return None
+        except OSError as exc:
+            reason = _os_reason(f"{base}/io", exc)
+            na.update(dict.fromkeys(_IO_KEYS.values(), reason))
+            return None
+        io: dict[str, int] = {}
+        for row in data.splitlines():
+            key, _, value = row.partition(b":")
+            name = _IO_KEYS.get(key.strip())
+            if name is not None:
+                io[name] = int(value)
+        return io
+
+    def _read_runq_wait(self, base: str, na: dict[str, str]) -> tuple[dict[str, int] | None, float]:
+        """Per-thread run-queue wait in ns (/proc/<pid>/task/<tid>/schedstat, 2nd field)."""
+        task_dir = f"{base}/task"
+        try:
+            tids = os.listdir(task_dir)
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Gone from exc
+        except OSError as exc:
+            na["runq_wait_ms_s"] = _os_reason(task_dir, exc)
+            return None, 0.0
+        waits: dict[str, int] = {}
+        missing = 0
+        for tid in tids:
+            try:
+                waits[tid] = int(_read(f"{task_dir}/{tid}/schedstat").split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                missing += 1  # the thread exited after the listing, or no schedstat at all
+            except (OSError, IndexError, ValueError) as exc:
+                na["runq_wait_ms_s"] = _os_reason(f"{task_dir}/{tid}/schedstat", exc)
+                return None, 0.0
+        t = time.monotonic()
+        if not waits and missing:
+            na["runq_wait_ms_s"] = "schedstat not available (kernel without CONFIG_SCHED_INFO)"
+            return None, 0.0
+        return waits, t
+
+    # ---- bookkeeping ------------------------------------------------------------------------------------
+
+    def _note_na(self, pid: int, prefix: str, na: dict[str, str]) -> None:
+        for key in [k for k in self.na_reasons if k.startswith(prefix)]:
+            if key[len(prefix):] not in na:
+                del self.na_reasons[key]
+        for reason in sorted(set(na.values())):
+            keys = sorted(k for k, r in na.items() if r == reason)
+            if self.na_reasons.get(prefix + keys[0]) != reason:  # newly n/a for this pid
+                self._log_once(f"na:{reason.replace(str(pid), '<pid>')}", "procs: pid %d: %s n/a: %s",
+                               pid, ", ".join(keys), reason)
+        for key, reason in na.items():
+            self.na_reasons[prefix + key] = reason
+
+    def _forget(self, pid: int) -> None:
+        self._prev.pop(pid, None)
+        prefix = f"proc.{pid}."
+        for key in [k for k in self.na_reasons if k.startswith(prefix)]:
+            del self.na_reasons[key]
+        with self._lock:
+            self._counts.pop(pid, None)
+
+    def _log_once(self, key: str, msg: str, *args: object) -> None:
+        if key in self._logged:
+            log.debug(msg, *args)
+            return
+        self._logged.add(key)
+        log.warning(msg, *args)
+
+
+def _os_reason(path: str, exc: BaseException) -> str:
+    if isinstance(exc, PermissionError):
+        return f"permission denied reading {path} (run trainmon as the training job's user, or as root)"
+    if isinstance(exc, OSError):
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return f"cannot parse {path}: {exc}"
+
+
+def _state_shares(prefix: str, counts: list[int] | None) -> dict[str, float]:
+    if not counts or not counts[0]:
+        return {}
+    out: dict[str, float] = {}
+    n, main_n = counts[0], counts[4]
+    for i, s in enumerate(("R", "S", "D"), start=1):
+        out[f"{prefix}state_{s}"] = counts[i] / n
+        if main_n:
+            out[f"{prefix}state_main_{s}"] = counts[4 + i] / main_n
+    return out
+
+
+def _rates(prefix: str, cur: _Reading, prev: _Prev) -> dict[str, float]:
+    out: dict[str, float] = {}
+    dt = cur.t - prev.t
+    if dt <= 0:
+        return out
+    out[prefix + "cpu_pct"] = max(0, cur.cpu_ticks - prev.cpu_ticks) / _CLK_TCK / dt * 100.0
+    if cur.io is not None and prev.io is not None:
+        for name, value in cur.io.items():
+            old = prev.io.get(name)
+            if old is not None:
+                out[prefix + name] = max(0, value - old) / MB / dt
+    if cur.wait_ns is not None and prev.wait_ns is not None and cur.wait_t > prev.wait_t:
+        # Threads born during the interval count from zero; threads that died take their wait with them.
+        waited = sum(max(0, ns - prev.wait_ns.get(tid, 0)) for tid, ns in cur.wait_ns.items())
+        out[prefix + "runq_wait_ms_s"] = waited / 1e6 / (cur.wait_t - prev.wait_t)
+    return out
