@@ -88,7 +88,7 @@ def test_two_agents_at_once(monitor, addr):
 
 @pytest.mark.parametrize("ctx", ["fork", "spawn", "forkserver"])
 def test_dataloader_workers_stay_inert_and_are_reported(monitor, addr, ctx):
-    result, err = _finish(_loop(addr, steps=60, workers=2, ctx=ctx))
+    result, _ = _finish(_loop(addr, steps=60, workers=2, ctx=ctx))
     assert wait_for(_runs_done(monitor, 1), 10)
     assert len(monitor.store.runs) == 1, "a DataLoader worker opened its own connection"
     run = next(iter(monitor.store.runs.values()))

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import child_env, report_json, run_train, start_recorder, stop, trainmon_cmd, wait_for
+from tests.conftest import child_env, report_json, run_train, start_recorder, stop, trainmon_cmd
 
 
 def test_report_matches_the_training_scripts_own_measurement(addr, tmp_path):
@@ -25,7 +25,8 @@ def test_report_matches_the_training_scripts_own_measurement(addr, tmp_path):
     finally:
         _, err = stop(recorder)
     assert recorder.returncode == 0, err
-    mine = json.loads(open(own).read())
+    with open(own) as fh:
+        mine = json.load(fh)
     report = report_json(rec)
     assert set(report) >= {"trainmon_report", "duration_s", "runs", "verdict", "findings", "timeline"}
     assert report["trainmon_report"] == 1
@@ -121,7 +122,8 @@ def test_report_on_missing_empty_and_foreign_files(tmp_path):
 
 
 def test_report_on_truncated_and_corrupt_files_reads_up_to_the_damage(good_recording, tmp_path):
-    data = open(good_recording, "rb").read()
+    with open(good_recording, "rb") as fh:
+        data = fh.read()
     full = json.loads(_report(good_recording, "json").stdout)
     truncated = tmp_path / "t.tmrec"
     truncated.write_bytes(data[: len(data) - 7])

@@ -12,14 +12,17 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
 from trainmon.sources.agents import AgentServer
+from trainmon.sources.disk import DiskSource
+from trainmon.sources.gpu import GpuSource
 from trainmon.sources.host import HostSource
+from trainmon.sources.procs import ProcSource
 from trainmon.store.store import Ingest, Store
 
 log = logging.getLogger("trainmon.monitor")
@@ -82,16 +85,29 @@ class Snapshot:
     host: dict[str, float] = field(default_factory=dict)
 
 
+class Source(Protocol):
+    name: str
+
+    def sample(self, now: float) -> dict[str, float]: ...
+
+
 class Monitor:
     def __init__(self, address: str | None = None, *, interval: float = 1.0, token: str | None = None,
                  thresholds: Thresholds | None = None, sinks: list[Ingest] | None = None,
-                 listen: bool = True) -> None:
+                 listen: bool = True, sources: list[Source] | None = None, nvml_module: Any = None) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
         self.store = Store()
         self.ingest = Fanout([self.store, *(sinks or [])])
         self.agents = AgentServer(self.ingest, address, token=token) if listen else None
-        self.host = HostSource()
+        self.extra_pids: dict[int, str] = {}
+        self.gpu: GpuSource | None = None
+        if sources is None:
+            self.gpu = GpuSource(nvml_module)
+            sources = [HostSource(), DiskSource(), ProcSource(self.tracked_pids), self.gpu]
+        self.sources = sources
+        self.source_cost_s: dict[str, float] = {}
+        self._failed_sources: set[str] = set()
         self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s)
         self.findings: list[Finding] = []
         self.last_snapshot: Snapshot | None = None
@@ -103,9 +119,29 @@ class Monitor:
     def address(self) -> str | None:
         return self.agents.address if self.agents is not None else None
 
+    def tracked_pids(self) -> dict[int, str]:
+        """The training process tree: mains/ranks from agent hellos, their workers, launched children."""
+        pids = dict(self.extra_pids)
+        with self.store.lock:
+            for run in self.store.runs.values():
+                if not run.connected and run.ended:
+                    continue
+                pids[run.pid] = "rank" if (run.hello.get("world_size") or 1) > 1 else "main"
+                for pid in run.worker_pids():
+                    pids[pid] = "worker"
+        return pids
+
+    def track(self, pid: int, role: str = "child") -> None:
+        self.extra_pids[pid] = role
+
     def start(self) -> None:
         if self.agents is not None:
             self.agents.start()
+        meta: dict[str, Any] = {"interval": self.interval}
+        if self.gpu is not None:
+            meta["gpu_error"] = self.gpu.error
+            meta["gpus"] = self.gpu.devices() if self.gpu.error is None else []
+        self.ingest.meta(time.monotonic(), meta)
         self.tick()
         self._thread = threading.Thread(target=self._loop, name="trainmon-monitor", daemon=True)
         self._thread.start()
@@ -116,6 +152,13 @@ class Monitor:
             self._thread.join(timeout=5.0)
         if self.agents is not None:
             self.agents.stop()
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing source %s failed", source.name)
 
     def _loop(self) -> None:
         next_t = time.monotonic() + self.interval
@@ -129,7 +172,7 @@ class Monitor:
 
     def tick(self) -> Snapshot:
         t = time.monotonic()
-        values = self.host.sample()
+        values = self.sample_sources(t)
         self.ingest.sample(t, values)
         self.findings = evaluate(self.store, t, self.thresholds)
         verdict = self.tracker.update(t, self.findings)
@@ -141,6 +184,28 @@ class Monitor:
             except Exception:
                 log.exception("snapshot listener failed")
         return snap
+
+    def sample_sources(self, t: float) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for source in self.sources:
+            start = time.perf_counter()
+            try:
+                values.update(source.sample(t))
+            except Exception:
+                if source.name not in self._failed_sources:
+                    self._failed_sources.add(source.name)
+                    log.exception("source %s failed; its figures are n/a", source.name)
+            self.source_cost_s[source.name] = time.perf_counter() - start
+        if self.gpu is not None and self.gpu.error is None:
+            tracked = self.tracked_pids()
+            try:
+                for pid, usage in self.gpu.process_usage().items():
+                    if pid in tracked:
+                        values[f"proc.{pid}.gpu_mem_mb"] = float(usage.get("mem_mb", math.nan))
+                        values[f"proc.{pid}.gpu_sm_pct"] = float(usage.get("sm_pct", math.nan))
+            except Exception:
+                log.debug("GPU process usage failed", exc_info=True)
+        return values
 
     def run_statuses(self, t: float, rate_window_s: float = 5.0) -> list[RunStatus]:
         out = []

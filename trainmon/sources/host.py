@@ -27,7 +27,7 @@ class HostSource:
             self._failed.add(what)
             log.warning("host metric %s unavailable: %s", what, exc)
 
-    def sample(self) -> dict[str, float]:
+    def sample(self, now: float = 0.0) -> dict[str, float]:
         out: dict[str, float] = {"cpu.cores": float(self.cores)}
         try:
             per_core = psutil.cpu_times_percent(interval=None, percpu=True)

@@ -1,0 +1,103 @@
+"""The report's ``system`` section and per-run process figures, from sampled series."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from trainmon.diagnose.window import quantile
+from trainmon.store.run import Run
+from trainmon.store.store import Store
+
+THROTTLE_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+}
+# Reasons that mean the GPU is being held back (idle and app clocks are not a problem).
+LIMITING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def _r(x: float, digits: int = 2) -> float | None:
+    return round(x, digits) if x == x and not math.isinf(x) else None
+
+
+def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> dict[str, float | None]:
+    series = store.series.get(name)
+    if series is None:
+        return {"p50": None, "p95": None, "max": None}
+    values = list(series.values if t0 is None else series.between(t0, t1 or math.inf)[1])
+    values = [v for v in values if v == v]
+    if not values:
+        return {"p50": None, "p95": None, "max": None}
+    return {"p50": _r(quantile(values, 0.5)), "p95": _r(quantile(values, 0.95)), "max": _r(max(values))}
+
+
+def _flat(prefix: str, s: dict[str, float | None]) -> dict[str, float | None]:
+    return {f"{prefix}_{k}": v for k, v in s.items()}
+
+
+def throttle_reasons(mask_values) -> list[str]:
+    seen = 0
+    for v in mask_values:
+        if v == v:
+            seen |= int(v)
+    return [name for bit, name in THROTTLE_REASONS.items() if seen & bit & LIMITING]
+
+
+def system_section(store: Store) -> dict[str, Any]:
+    cores = store.latest("cpu.cores")
+    cpu = {"cores": int(cores) if cores and cores == cores else None}
+    cpu.update(_flat("busy_percent", stats(store, "cpu.busy")))
+    cpu.update(_flat("iowait_percent", stats(store, "cpu.iowait")))
+    memory = {"used_percent_max": stats(store, "mem.used_pct")["max"],
+              "swap_used_mb_max": stats(store, "swap.used_mb")["max"]}
+    disks: dict[str, dict] = {}
+    for dev in sorted({m.group(1) for n in store.series if (m := re.match(r"disk\.([^.]+)\.", n))}):
+        entry: dict[str, Any] = {}
+        for key, series in (("read_mb_s", "read_mb_s"), ("write_mb_s", "write_mb_s"), ("util_percent", "util_pct"),
+                            ("r_await_ms", "r_await_ms"), ("w_await_ms", "w_await_ms"), ("r_s", "r_s")):
+            entry.update(_flat(key, stats(store, f"disk.{dev}.{series}")))
+        disks[dev] = entry
+    gpus = []
+    for idx in sorted({int(m.group(1)) for n in store.series if (m := re.match(r"gpu\.(\d+)\.", n))}):
+        g: dict[str, Any] = {"index": idx}
+        for key, series in (("util_percent", "util"), ("util_min_percent", "util_min"), ("mem_used_mb", "mem_used_mb"),
+                            ("power_w", "power_w"), ("temp_c", "temp_c"), ("sm_clock_mhz", "sm_clock_mhz"),
+                            ("pcie_rx_mb_s", "pcie_rx_mb_s"), ("pcie_tx_mb_s", "pcie_tx_mb_s"),
+                            ("sm_active_percent", "gpm.sm_active"), ("tensor_active_percent", "gpm.tensor_active")):
+            if f"gpu.{idx}.{series}" in store.series:
+                g.update(_flat(key, stats(store, f"gpu.{idx}.{series}")))
+        g["mem_total_mb"] = store.latest(f"gpu.{idx}.mem_total_mb")
+        g["power_limit_w"] = store.latest(f"gpu.{idx}.power_limit_w")
+        throttle = store.series.get(f"gpu.{idx}.throttle")
+        g["throttle_reasons"] = throttle_reasons(throttle.values) if throttle is not None else []
+        gpus.append(g)
+    for g, info in zip(gpus, store.metadata.get("gpus") or [], strict=False):
+        if isinstance(info, dict):
+            g["name"] = info.get("name")
+            g["uuid"] = info.get("uuid")
+    out: dict[str, Any] = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
+    if not gpus:
+        out["gpu_error"] = store.metadata.get("gpu_error") or "no GPU data was recorded"
+    return out
+
+
+def process_figures(store: Store, run: Run) -> dict[str, Any]:
+    """Main process and workers: CPU % of a core, thread-state shares, read MB/s (p50 over the run)."""
+
+    def proc(pid: int) -> dict[str, Any]:
+        fig: dict[str, Any] = {"pid": pid}
+        for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rchar_mb_s", "rss_mb",
+                    "runq_wait_ms_s", "gpu_mem_mb"):
+            s = stats(store, f"proc.{pid}.{key}")
+            if s["p50"] is not None:
+                fig[key] = s["p50"] if key != "rss_mb" else s["max"]
+        return fig
+
+    main = proc(run.pid)
+    workers = [proc(pid) for pid in run.worker_pids()]
+    cpu = [w["cpu_pct"] for w in workers if "cpu_pct" in w]
+    return {"main": main, "workers": workers,
+            "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
+            "workers_cpu_pct_mean": _r(sum(cpu) / len(cpu)) if cpu else None}
