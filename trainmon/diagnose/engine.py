@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from trainmon.diagnose import rules
+from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding, headline
 from trainmon.diagnose.rules import Thresholds
-from trainmon.diagnose.window import host_window, run_window
+from trainmon.diagnose.window import RunWindow, host_window, run_window
 from trainmon.store.store import Store
+
+NO_AGENT = Finding("insufficient_data", "ok", "no training process has reported steps yet",
+                   ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"], {})
 
 
 def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Finding]:
@@ -16,35 +21,47 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
     th = th or Thresholds()
     t0 = t - th.window_s
     findings: list[Finding] = []
+    judged = 0
+    jobs: dict[tuple, list[RunWindow]] = defaultdict(list)
+    input_by_run: dict[int, Finding | None] = {}
     with store.lock:
         host = host_window(store, t0, t)
-        runs = [r for r in store.runs.values() if r.first_seen <= t]
-        judged = 0
-        for run in runs:
+        for run in list(store.runs.values()):
+            if run.first_seen > t:
+                continue
             w = run_window(run, t0, t, min_steps=th.window_steps)
-            if w.steps == 0 and w.warm_steps == 0 and (not run.connected or run.last_seen < t0):
-                continue  # ended long ago or never stepped in this window
+            if w.steps == 0 and (not run.connected or run.last_seen < t0):
+                continue  # ended before this window, or never stepped in it
             if (f := rules.checkpoint_stall(w, th)) is not None:
                 findings.append(f)
             if (f := rules.insufficient(w, th)) is not None:
                 findings.append(f)
                 continue
             judged += 1
-            # Host figures over the span the steps cover, not after the run stopped.
-            run_host = host_window(store, w.t0, min(t, w.last_end)) if w.last_end == w.last_end else host
-            for rule in (rules.input_bound,):
-                if (f := rule(w, run_host, th)) is not None:
+            jobs[run.job_key].append(w)
+            # Host and process figures over the span the steps cover, not after the run stopped.
+            span_end = min(t, w.last_end) if w.last_end == w.last_end else t
+            run_host = host_window(store, w.t0, span_end)
+            ev = gather(store, run, w.t0, span_end)
+            inp = rules.input_bound(w, run_host, ev, th)
+            input_by_run[id(w)] = inp
+            for f in (inp, rules.periodic_stall(w, th), rules.host_overhead(w, ev, th), rules.gpu_memory(w, ev, th),
+                      rules.gpu_throttled(w, ev, th), rules.compute_bound(w, ev, th)):
+                if f is not None:
                     findings.append(f)
-            if (f := rules.compute_bound(w, th)) is not None:
+        for windows in jobs.values():
+            if len(windows) > 1 and (f := rules.straggler(windows, input_by_run, th)) is not None:
                 findings.append(f)
         if (f := rules.host_memory(host, th)) is not None:
             findings.append(f)
-    if not findings:
-        findings.append(Finding("insufficient_data", "ok", "no training process has reported steps yet",
-                                ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
-                                {"runs": len(runs)}))
-    if judged and any(f.code != "insufficient_data" for f in findings):
+    if judged:
         findings = [f for f in findings if f.code != "insufficient_data"]
+        if any(f.code != "ok.compute_bound" for f in findings):
+            # One run being healthy does not make the machine healthy.
+            findings = [f for f in findings if f.code != "ok.compute_bound"] + [
+                f for f in findings if f.code == "ok.compute_bound"]
+    if not findings:
+        findings.append(NO_AGENT)
     return sorted(findings, key=lambda f: f.rank)
 
 

@@ -1,38 +1,62 @@
-"""Rules: pure functions from window figures to Findings."""
+"""Rules: pure functions from window figures and system evidence to Findings.
+
+Thresholds come from the anchors (TB plugin: DataLoader > 5 % of the step; SageMaker: CPU > 90 %,
+iowait; nvidia-resiliency-ext: straggler score < 0.75); see README "Verdicts".
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
+from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.window import HostWindow, RunWindow
+from trainmon.diagnose.window import HostWindow, RunWindow, quantile
 
 
 @dataclass
 class Thresholds:
-    """Defaults from the anchors (TB plugin, SageMaker rules); see README "Verdicts"."""
-
     window_s: float = 20.0
     window_steps: int = 20
     min_steps: int = 10  # fewer steady-state steps than this → insufficient_data
     wait_warning: float = 0.05  # DataLoader share of the step (TB plugin: > 5 %)
     wait_critical: float = 0.20
+    exposed_min_share: float = 0.5  # on CUDA: the wait counts only if ≥ half of it left the GPU idle
     cpu_saturated_pct: float = 90.0  # SageMaker cpu_threshold
+    worker_busy_pct: float = 70.0  # a worker using this much of a core is CPU-bound
+    runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved
+    io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
+    disk_busy_pct: float = 80.0
+    iowait_pct: float = 30.0
+    remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O
     checkpoint_share: float = 0.10
     checkpoint_critical_share: float = 0.30
+    long_step_factor: float = 2.5  # a step this many times the median is a long step
+    periodic_share: float = 0.15  # long steps take at least this share of the window
+    host_overhead_gpu_util: float = 70.0
+    host_overhead_main_cpu: float = 85.0
+    gpu_mem_pct: float = 95.0
+    throttle_share: float = 0.5
     host_mem_pct: float = 95.0
     swap_growth_mb: float = 64.0
+    straggler_wait_gap: float = 0.10  # a rank waits this share of the step more than the others
+    straggler_step_ratio: float = 1.25  # unsynchronised ranks: step time this much above the others
     hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
 
 
-def _label(w: RunWindow) -> str:
+def _nan(x: float) -> bool:
+    return x != x
+
+
+def label(w: RunWindow) -> str:
     rank = w.run.rank
     return f"rank {rank}" if rank is not None else f"pid {w.run.pid}"
 
 
-def _base_evidence(w: RunWindow) -> dict:
+def base_evidence(w: RunWindow) -> dict:
     return {
-        "run": _label(w),
+        "run": label(w),
         "steps": w.steps,
         "window_s": round(w.span_s, 2),
         "data_wait_fraction": round(w.wait_fraction, 4),
@@ -43,6 +67,10 @@ def _base_evidence(w: RunWindow) -> dict:
     }
 
 
+def _r(x: float, digits: int = 1) -> float | None:
+    return None if _nan(x) else round(x, digits)
+
+
 def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
     if w.steps >= th.min_steps:
         return None
@@ -50,49 +78,134 @@ def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
         "insufficient_data", "ok",
         f"{w.steps} steady-state steps so far ({w.warm_steps} warm-up); need {th.min_steps} to judge",
         ["keep training; trainmon judges once warm-up is over"],
-        {"run": _label(w), "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
+        {"run": label(w), "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
     )
 
 
-def input_bound(w: RunWindow, host: HostWindow, th: Thresholds) -> Finding | None:
+# ---------------------------------------------------------------- input pipeline
+
+
+def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.wait_fraction
-    if f != f or f <= th.wait_warning:
+    if _nan(f) or f <= th.wait_warning:
         return None
+    exposed = w.exposed_fraction
+    if not _nan(exposed) and exposed < th.exposed_min_share * f and exposed <= th.wait_warning:
+        return None  # the GPU stayed busy through the waits: nothing is starved
     severity = "critical" if f >= th.wait_critical else "warning"
-    ev = _base_evidence(w)
-    ev["host_cpu_busy_pct"] = round(host.cpu_busy, 1)
-    ev["cores"] = host.cores
-    workers = w.loader.get("num_workers")
+    evidence = base_evidence(w) | {
+        "host_cpu_busy_pct": _r(host.cpu_busy), "host_iowait_pct": _r(host.cpu_iowait), "cores": host.cores,
+        "workers_cpu_pct_mean": _r(ev.workers_mean("cpu_pct")), "workers_state_D": _r(ev.workers_mean("state_d"), 3),
+        "workers_runq_ms_s": _r(ev.workers_mean("runq_ms_s")), "workers_read_mb_s": _r(ev.workers_sum("read_mb_s"), 2),
+        "workers_rchar_mb_s": _r(ev.workers_sum("rchar_mb_s"), 2), "disk_busiest": ev.disk_busiest,
+        "disk_util_pct": _r(ev.disk_util_max), "disk_r_await_ms": _r(ev.disk_await_max, 2),
+        "main_cpu_pct": _r(ev.main.cpu_pct), "exposed_fraction": _r(exposed, 4),
+    }
     pct = f"{f:.0%}"
+    workers = w.loader.get("num_workers")
     if workers == 0:
         suggested = max(2, min(8, host.cores - 1))
         return Finding(
             "input.main_process", severity,
             f"{pct} of each step waits on data loaded in the main process (num_workers=0); "
             f"step p50 {w.step_p50_s * 1e3:.0f} ms",
-            [f"set DataLoader(num_workers={suggested}) so batches load in parallel with compute",
-             "add pin_memory=True and persistent_workers=True when training on a GPU"],
-            ev,
+            [f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
+             "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs"],
+            evidence,
         )
-    if host.cpu_busy == host.cpu_busy and host.cpu_busy >= th.cpu_saturated_pct:
+    return _io_finding(w, host, ev, th, severity, evidence, pct) or _cpu_finding(
+        w, host, ev, th, severity, evidence, pct, workers)
+
+
+def _io_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict,
+                pct: str) -> Finding | None:
+    d_state = ev.workers_mean("state_d")
+    read = ev.workers_sum("read_mb_s")
+    rchar = ev.workers_sum("rchar_mb_s")
+    cpu = ev.workers_mean("cpu_pct")
+    disk_bound = (not _nan(d_state) and d_state >= th.io_d_state) or (
+        not _nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not _nan(read) and read > 0.5) or (
+        not _nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+    if disk_bound:
+        disk = (f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
+                if ev.disk_busiest and not _nan(ev.disk_util_max) else "disk busy")
+        blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not _nan(d_state) else "high iowait"
+        evidence["sub_cause"] = "disk"
+        return Finding(
+            "input.io", severity,
+            f"{pct} of each step waits on data; the workers wait on storage: {blocked}, {disk}",
+            ["pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) and read them in order",
+             "copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples",
+             "raise num_workers and prefetch_factor to keep more reads in flight"],
+            evidence,
+        )
+    remote = (not _nan(rchar) and rchar >= th.remote_rchar_mb_s and (_nan(read) or read < 0.25 * rchar)
+              and (_nan(cpu) or cpu < th.worker_busy_pct))
+    if remote:
+        evidence["sub_cause"] = "remote"
+        return Finding(
+            "input.io", severity,
+            f"{pct} of each step waits on data; the workers read {rchar:.1f} MB/s through the network or a remote "
+            f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not _nan(cpu) else 0:.0%} "
+            "of the time: remote reads are the bottleneck",
+            ["stage the dataset on local disk before training, or cache it after the first epoch",
+             "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
+             "read fewer, larger objects (sharded formats) to amortise per-request latency"],
+            evidence,
+        )
+    return None
+
+
+def _cpu_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict,
+                 pct: str, workers: int | None) -> Finding:
+    n = workers or 1
+    cpu = ev.workers_mean("cpu_pct")
+    runq = ev.workers_mean("runq_ms_s")
+    cpu_bound = (not _nan(cpu) and cpu >= th.worker_busy_pct) or (
+        not _nan(runq) and runq >= th.runq_starved_ms_s and not _nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct)
+    saturated = (not _nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
+        not _nan(runq) and runq >= th.runq_starved_ms_s * 2)
+    if _nan(cpu):  # no per-process figures: judge by the host alone
+        cpu_bound = True
+    idle_cores = host.cores * (1 - host.cpu_busy / 100) if not _nan(host.cpu_busy) else math.nan
+    if cpu_bound and saturated:
+        evidence["sub_cause"] = "cpu"
+        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not _nan(runq) and runq > 50 else ""
         return Finding(
             "input.workers_cpu", severity,
-            f"{pct} of each step waits on data while the host CPU is {host.cpu_busy:.0f}% busy "
-            f"({workers} workers on {host.cores} cores)",
-            ["make preprocessing cheaper: crop/resize before converting, batch transforms, cache decoded data",
-             "move augmentation to the GPU (DALI, torchvision.transforms.v2 on tensors)"],
-            ev,
+            f"{pct} of each step waits on data; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
+            f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound" if not _nan(cpu) else
+            f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
+            "CPU-bound",
+            ["make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+             "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+             "more workers will not help: the cores are already full"],
+            evidence,
         )
-    idle_cores = host.cores * (1 - host.cpu_busy / 100) if host.cpu_busy == host.cpu_busy else None
-    more = (workers or 0) + max(1, int(idle_cores or 1))
+    needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
+    if cpu_bound and not _nan(idle_cores):
+        needed = min(needed, n + max(1, int(idle_cores + 0.5)))
+    needed = max(needed, n + 1)
+    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
+    evidence["suggested_num_workers"] = needed
+    if cpu_bound:
+        summary = (f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
+                   f"{idle_cores:.1f} of {host.cores} cores are idle" if not _nan(cpu) else
+                   f"{pct} of each step waits on data with {n} workers and idle cores")
+        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not _nan(idle_cores) else ""
+    else:
+        summary = (f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
+                   "something slow per sample (latency), so more of them in parallel would hide it")
+        why = "each worker spends most of its time waiting, not computing"
     return Finding(
-        "input.too_few_workers", severity,
-        f"{pct} of each step waits on data with {workers} workers while "
-        f"{idle_cores:.1f} of {host.cores} cores are idle" if idle_cores is not None else
-        f"{pct} of each step waits on data with {workers} workers",
-        [f"raise num_workers from {workers} to {more}", "set persistent_workers=True and prefetch_factor≥2"],
-        ev,
+        "input.too_few_workers", severity, summary,
+        [f"raise num_workers from {n} to {needed}" + (f": {why}" if why else ""),
+         "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs"],
+        evidence,
     )
+
+
+# ---------------------------------------------------------------- stalls
 
 
 def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
@@ -101,41 +214,168 @@ def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     share = w.checkpoint_s / w.span_s
     if share < th.checkpoint_share:
         return None
-    ev = _base_evidence(w)
-    ev.update(checkpoint_s=round(w.checkpoint_s, 3), checkpoints=w.checkpoints, checkpoint_share=round(share, 4))
+    ev = base_evidence(w) | {"checkpoint_s": round(w.checkpoint_s, 3), "checkpoints": w.checkpoints,
+                             "checkpoint_share": round(share, 4)}
+    per = w.checkpoint_s / w.checkpoints
     return Finding(
         "stall.checkpoint", "critical" if share >= th.checkpoint_critical_share else "warning",
-        f"checkpoint saves took {share:.0%} of the last {w.span_s:.0f} s ({w.checkpoints} saves, "
-        f"{w.checkpoint_s:.1f} s)",
-        ["save less often, or asynchronously (torch.distributed.checkpoint.async_save)",
+        f"checkpoint saves took {share:.0%} of the last {w.span_s:.0f} s ({w.checkpoints} saves, {per:.2f} s each)",
+        ["save less often, or asynchronously (torch.distributed.checkpoint.async_save, a background thread)",
          "write checkpoints to fast local storage and copy them off in the background"],
         ev,
     )
 
 
+def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
+    if w.steps < th.min_steps or _nan(w.step_p50_s):
+        return None
+    limit = w.step_p50_s * th.long_step_factor
+    long_steps = [(s, e) for s, e in w.step_spans if e - s > limit and not w.overlaps_checkpoint(s, e)]
+    if len(long_steps) < 2:
+        return None
+    long_time = sum(e - s for s, e in long_steps)
+    share = long_time / w.step_time_s if w.step_time_s > 0 else 0.0
+    if share < th.periodic_share:
+        return None
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(long_steps)]
+    period = quantile(gaps, 0.5) if gaps else math.nan
+    extra = long_time - len(long_steps) * w.step_p50_s
+    names = sorted({p for p in w.phase_names_in(long_steps)})
+    what = f" during {', '.join(names)}" if names else (" (an eval loader ran)" if w.eval_in(long_steps) else "")
+    ev = base_evidence(w) | {"long_steps": len(long_steps), "long_step_share": round(share, 4),
+                             "period_s": _r(period, 2), "long_step_ms_p50": _r(
+                                 quantile([e - s for s, e in long_steps], 0.5) * 1e3), "phases": names}
+    return Finding(
+        "stall.periodic", "critical" if share >= 0.4 else "warning",
+        f"{len(long_steps)} long steps{what} every {period:.1f} s take {share:.0%} of the time "
+        f"(+{extra:.1f} s over the {w.step_p50_s * 1e3:.0f} ms median)",
+        ["run evaluation, logging and metric syncs less often, or asynchronously",
+         "avoid per-step .item()/.cpu() syncs in logging; aggregate on device and log every N steps",
+         "if it is Python GC: gc.freeze() after setup, or raise gc thresholds"],
+        ev,
+    )
+
+
+# ---------------------------------------------------------------- host / GPU
+
+
+def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    f = w.wait_fraction
+    if _nan(f) or f > th.wait_warning or _nan(ev.gpu_util) or _nan(ev.main.cpu_pct):
+        return None
+    if ev.gpu_util >= th.host_overhead_gpu_util or ev.main.cpu_pct < th.host_overhead_main_cpu:
+        return None
+    return Finding(
+        "host.overhead", "critical" if ev.gpu_util < 40 else "warning",
+        f"the GPU is only {ev.gpu_util:.0f}% busy while the main thread runs {ev.main.cpu_pct:.0f}% of a core outside "
+        f"data waits ({f:.0%} wait): the loop is host-bound (kernel launches, syncs, Python work)",
+        ["capture the step with CUDA Graphs or torch.compile(mode='reduce-overhead')",
+         "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
+         "press d on the main process to see where its time goes"],
+        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "main_cpu_pct": _r(ev.main.cpu_pct)},
+    )
+
+
+def gpu_memory(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    if _nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
+        return None
+    return Finding(
+        "memory.gpu_pressure", "warning",
+        f"GPU memory {ev.gpu_mem_pct:.0f}% used: the next larger batch or a fragmentation spike will OOM",
+        ["use activation checkpointing or AMP (bf16) to cut activation memory",
+         "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation"],
+        {"run": label(w), "gpu_mem_pct": _r(ev.gpu_mem_pct), "gpus": ev.gpus},
+    )
+
+
+THROTTLE_NAMES = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
+                  0x80: "power brake"}
+
+
+def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    if _nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
+        return None
+    reasons = [name for bit, name in THROTTLE_NAMES.items() if ev.gpu_throttle_bits & bit]
+    return Finding(
+        "gpu.throttled", "warning",
+        f"GPU clocks held down {ev.gpu_throttle_share:.0%} of the time ({', '.join(reasons)})",
+        ["check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
+         "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum"],
+        {"run": label(w), "throttle_share": _r(ev.gpu_throttle_share, 3), "reasons": reasons, "gpus": ev.gpus},
+    )
+
+
 def host_memory(host: HostWindow, th: Thresholds) -> Finding | None:
     mem, swap = host.mem_used_pct_max, host.swap_growth_mb
-    if (mem == mem and mem >= th.host_mem_pct) or (swap == swap and swap >= th.swap_growth_mb):
+    if (not _nan(mem) and mem >= th.host_mem_pct) or (not _nan(swap) and swap >= th.swap_growth_mb):
         return Finding(
-            "memory.host_pressure", "critical" if swap == swap and swap >= th.swap_growth_mb else "warning",
-            f"host memory {mem:.0f}% used, swap grew {0 if swap != swap else swap:.0f} MB in the window",
-            ["reduce num_workers or prefetch_factor (each worker holds a copy of the dataset object)",
-             "keep datasets as memory-mapped arrays instead of Python objects"],
-            {"mem_used_pct_max": mem, "swap_growth_mb": swap},
+            "memory.host_pressure", "critical" if not _nan(swap) and swap >= th.swap_growth_mb else "warning",
+            f"host memory {mem:.0f}% used, swap grew {0 if _nan(swap) else swap:.0f} MB in the window",
+            ["reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
+             "keep datasets as memory-mapped arrays or tensors instead of lists of Python objects"],
+            {"mem_used_pct_max": _r(mem), "swap_growth_mb": _r(swap)},
         )
     return None
 
 
-def compute_bound(w: RunWindow, th: Thresholds) -> Finding | None:
+def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.wait_fraction
-    if f != f or f > th.wait_warning:
+    if _nan(f) or f > th.wait_warning:
         return None
-    ev = _base_evidence(w)
     sps = w.samples_per_s
-    rate = f", {sps:.0f} samples/s" if sps == sps else ""
+    rate = f", {sps:.0f} samples/s" if not _nan(sps) else ""
+    gpu = f", GPU {ev.gpu_util:.0f}% busy" if not _nan(ev.gpu_util) else ""
     return Finding(
         "ok.compute_bound", "ok",
-        f"data wait is {f:.1%} of the step; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate})",
-        ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, larger batch)"],
-        ev,
+        f"data wait is {f:.1%} of the step; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
+        ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
+        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util)},
+    )
+
+
+# ---------------------------------------------------------------- distributed
+
+
+def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], th: Thresholds) -> Finding | None:
+    """Ranks of one job: the rank whose data wait (or, unsynchronised, step time) is out of line."""
+    ranked = [w for w in windows if w.steps >= th.min_steps]
+    if len(ranked) < 2:
+        return None
+    waits = {id(w): (w.wait_s / w.steps) for w in ranked}
+    steps = {id(w): w.step_p50_s for w in ranked}
+    slow = max(ranked, key=lambda w: waits[id(w)])
+    others = [w for w in ranked if w is not slow]
+    other_wait = quantile([waits[id(w)] for w in others], 0.5)
+    step = quantile(list(steps.values()), 0.5)
+    gap = (waits[id(slow)] - other_wait) / step if step > 0 else 0.0
+    kind = "data"
+    if gap < th.straggler_wait_gap:
+        slow = max(ranked, key=lambda w: steps[id(w)])
+        others = [w for w in ranked if w is not slow]
+        ratio = steps[id(slow)] / max(1e-9, quantile([steps[id(w)] for w in others], 0.5))
+        if ratio < th.straggler_step_ratio:
+            return None
+        kind = "compute"
+        gap = ratio - 1
+    sub = sub_causes.get(id(slow))
+    sub_code = sub.code if sub is not None and sub.code.startswith("input.") else None
+    who = label(slow)
+    peers = ", ".join(label(w) for w in others)
+    if kind == "data":
+        summary = (f"{who} is the straggler: it waits {slow.wait_fraction:.0%} of each step on data while "
+                   f"{peers} wait {quantile([w.wait_fraction for w in others], 0.5):.0%} and idle in collectives")
+        if sub_code:
+            summary += f" ({sub_code})"
+    else:
+        summary = f"{who} is the straggler: its steps take {gap + 1:.2f}× those of {peers}"
+    advice = [f"fix {who} first: every other rank waits for it at each synchronisation"]
+    if sub is not None and sub.code.startswith("input."):
+        advice += sub.advice
+    else:
+        advice.append(f"compare {who}'s host (CPU, disk, GPU clocks) with the others'; rebalance its data shard")
+    return Finding(
+        "dist.straggler", "critical" if gap >= 0.2 else "warning", summary, advice,
+        {"rank": slow.run.rank, "run": who, "kind": kind, "gap": round(gap, 4), "sub_cause": sub_code,
+         "ranks": {label(w): {"data_wait_fraction": round(w.wait_fraction, 4),
+                              "step_time_ms_p50": round(w.step_p50_s * 1e3, 2)} for w in ranked}},
     )

@@ -42,7 +42,28 @@ class RunWindow:
     checkpoint_s: float = 0.0
     checkpoints: int = 0
     last_end: float = math.nan
+    exposed_s: float = 0.0
+    exposed_steps: int = 0
     durations: list[float] = field(default_factory=list)
+    step_spans: list[tuple[float, float]] = field(default_factory=list)
+    checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def exposed_fraction(self) -> float:
+        """GPU idle exposed by data waits / step time (CUDA only; nan where not measured)."""
+        if not self.exposed_steps or self.step_time_s <= 0:
+            return math.nan
+        return self.exposed_s / self.step_time_s
+
+    def overlaps_checkpoint(self, s: float, e: float) -> bool:
+        return any(c0 < e and c1 > s for c0, c1 in self.checkpoint_spans)
+
+    def phase_names_in(self, spans: list[tuple[float, float]]) -> set[str]:
+        return {name for p0, p1, name in self.run.phases for s, e in spans if p0 < e and p1 > s}
+
+    def eval_in(self, spans: list[tuple[float, float]]) -> bool:
+        return any(s <= t <= e for t, lid in self.run.iter_starts for s, e in spans
+                   if self.run.train_loader() is None or lid != self.run.train_loader().id)
 
     @property
     def wait_fraction(self) -> float:
@@ -86,7 +107,12 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
         w.wait_s += steps.wait[k]
         w.samples += steps.samples[k]
         w.durations.append(d)
+        w.step_spans.append((steps.start[k], steps.end[k]))
         w.last_end = steps.end[k]
+        x = steps.exposed[k]
+        if x == x:
+            w.exposed_s += x
+            w.exposed_steps += 1
     if w.durations:
         w.step_p50_s = quantile(w.durations, 0.5)
         w.step_p95_s = quantile(w.durations, 0.95)
@@ -96,6 +122,7 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
         if overlap > 0:
             w.checkpoint_s += overlap
             w.checkpoints += 1
+            w.checkpoint_spans.append((c0, c1))
     return w
 
 

@@ -1,0 +1,95 @@
+"""System evidence over a window for one run: its processes, the disks, the GPUs it uses."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from trainmon.diagnose.window import mean
+from trainmon.store.run import Run
+from trainmon.store.store import Store
+
+NAN = math.nan
+
+
+@dataclass
+class ProcEvidence:
+    pid: int
+    cpu_pct: float = NAN  # % of one core
+    state_r: float = NAN
+    state_s: float = NAN
+    state_d: float = NAN
+    read_mb_s: float = NAN  # from the block layer
+    rchar_mb_s: float = NAN  # everything read(): page cache, sockets, pipes, FUSE/NFS
+    runq_ms_s: float = NAN  # time runnable but waiting for a core, per second
+
+    @property
+    def known(self) -> bool:
+        return self.cpu_pct == self.cpu_pct
+
+
+@dataclass
+class Evidence:
+    main: ProcEvidence
+    workers: list[ProcEvidence] = field(default_factory=list)
+    disk_util_max: float = NAN
+    disk_await_max: float = NAN
+    disk_busiest: str | None = None
+    gpu_util: float = NAN
+    gpu_util_min: float = NAN
+    gpu_mem_pct: float = NAN
+    gpu_throttle_share: float = NAN
+    gpu_throttle_bits: int = 0
+    gpus: list[int] = field(default_factory=list)
+
+    @property
+    def known_workers(self) -> list[ProcEvidence]:
+        return [w for w in self.workers if w.known]
+
+    def workers_mean(self, attr: str) -> float:
+        return mean(getattr(w, attr) for w in self.known_workers)
+
+    def workers_sum(self, attr: str) -> float:
+        vals = [getattr(w, attr) for w in self.known_workers if getattr(w, attr) == getattr(w, attr)]
+        return sum(vals) if vals else NAN
+
+
+def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
+    def m(key: str) -> float:
+        return mean(store.values_between(f"proc.{pid}.{key}", t0, t1))
+
+    return ProcEvidence(pid, m("cpu_pct"), m("state_R"), m("state_S"), m("state_D"), m("read_mb_s"),
+                        m("rchar_mb_s"), m("runq_wait_ms_s"))
+
+
+LIMITING_THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
+    ev = Evidence(proc_evidence(store, run.pid, t0, t1))
+    ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
+    for name in store.series:
+        if (mt := re.match(r"disk\.([^.]+)\.util_pct$", name)) is not None:
+            util = mean(store.values_between(name, t0, t1))
+            if util == util and not util <= (ev.disk_util_max if ev.disk_util_max == ev.disk_util_max else -1):
+                ev.disk_util_max = util
+                ev.disk_busiest = mt.group(1)
+                ev.disk_await_max = mean(store.values_between(f"disk.{mt.group(1)}.r_await_ms", t0, t1))
+    gpus = sorted({int(mt.group(1)) for n in store.series if (mt := re.match(r"gpu\.(\d+)\.util$", n))})
+    used = [g for g in gpus if f"proc.{run.pid}.gpu_mem_mb" in store.series] or gpus
+    ev.gpus = used
+    if used:
+        utils = [mean(store.values_between(f"gpu.{g}.util", t0, t1)) for g in used]
+        ev.gpu_util = mean(utils)
+        ev.gpu_util_min = mean(mean(store.values_between(f"gpu.{g}.util_min", t0, t1)) for g in used)
+        mem = [mean(store.values_between(f"gpu.{g}.mem_used_mb", t0, t1)) / (store.latest(f"gpu.{g}.mem_total_mb")
+               or NAN) * 100 for g in used]
+        ev.gpu_mem_pct = max((x for x in mem if x == x), default=NAN)
+        masks = [v for g in used for v in store.values_between(f"gpu.{g}.throttle", t0, t1) if v == v]
+        if masks:
+            limited = [int(v) & LIMITING_THROTTLE for v in masks]
+            ev.gpu_throttle_share = sum(1 for v in limited if v) / len(limited)
+            for v in limited:
+                ev.gpu_throttle_bits |= v
+    return ev
