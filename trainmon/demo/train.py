@@ -1,17 +1,25 @@
 """A small real PyTorch training with a known bottleneck; run as ``python -m trainmon.demo.train``.
 
-The dataset's per-sample cost (CPU work, or a sleep standing for a slow read) and the loader
-settings decide what starves the loop. ``--self-report FILE`` writes the script's own
-measurement of steps and data wait, which the tests compare against trainmon's.
+The dataset's per-sample cost decides what starves the loop: CPU work (decode/augment), uncached
+random reads from a real file (O_DIRECT), fetches from a slow loopback server (remote storage), or
+a plain sleep (latency). ``--self-report FILE`` writes the script's own measurement of steps and data
+wait, which the tests compare against trainmon's. Runs on CPU, or on CUDA with ``--device cuda``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
+import random
+import socket
 import sys
+import tempfile
+import threading
 import time
+
+PAGE = 4096
 
 
 def _spin(seconds: float) -> None:
@@ -21,48 +29,133 @@ def _spin(seconds: float) -> None:
         x += 1
 
 
-def build_dataset(size: int, features: int, cpu_ms: float, sleep_ms: float):
+class SlowServer:
+    """A loopback "remote store": each request waits ``latency_ms`` then streams ``kb`` KiB."""
+
+    def __init__(self, latency_ms: float, kb: int) -> None:
+        self.latency = latency_ms / 1e3
+        self.payload = os.urandom(kb * 1024)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.address = self.sock.getsockname()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while conn.recv(16):
+                time.sleep(self.latency)
+                conn.sendall(self.payload)
+
+
+class _Io:
+    """Per-process handles (a worker opens its own after fork/spawn)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.fd = -1
+        self.buf: mmap.mmap | None = None
+        self.conn: socket.socket | None = None
+
+
+def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
     import torch
     from torch.utils.data import Dataset
 
+    slow_rank = args.slow_rank is not None and rank == args.slow_rank
+
     class SyntheticDataset(Dataset):
-        """Items cost ``cpu_ms`` of CPU work (decode/augment) and ``sleep_ms`` of waiting (slow read)."""
+        def __init__(self) -> None:
+            self.io = _Io()
 
         def __len__(self) -> int:
             return size
 
+        def _handles(self) -> _Io:
+            if self.io.pid != os.getpid():
+                self.io = _Io()
+                self.io.pid = os.getpid()
+                if args.io_file:
+                    self.io.fd = os.open(args.io_file, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+                    self.io.buf = mmap.mmap(-1, args.io_kb * 1024)
+                if args.remote:
+                    host, port = args.remote.rsplit(":", 1)
+                    self.io.conn = socket.create_connection((host, int(port)))
+            return self.io
+
         def __getitem__(self, index: int):
-            if cpu_ms:
-                _spin(cpu_ms / 1e3)
-            if sleep_ms:
-                time.sleep(sleep_ms / 1e3)
+            if args.cpu_ms:
+                _spin(args.cpu_ms / 1e3)
+            if args.sleep_ms:
+                time.sleep(args.sleep_ms / 1e3)
+            if slow_rank and args.slow_sleep_ms:
+                time.sleep(args.slow_sleep_ms / 1e3)
+            if args.io_file or args.remote:
+                io = self._handles()
+                pages = max(1, os.fstat(io.fd).st_size // PAGE - args.io_kb // 4) if io.fd >= 0 else 0
+                for _ in range(args.io_reads):
+                    os.preadv(io.fd, [io.buf], random.randrange(pages) * PAGE)
+                if io.conn is not None:
+                    want = args.remote_kb * 1024
+                    io.conn.sendall(b"get\n")
+                    got = 0
+                    while got < want:
+                        chunk = io.conn.recv(min(65536, want - got))
+                        if not chunk:
+                            raise ConnectionError("remote store closed the connection")
+                        got += len(chunk)
             g = torch.Generator().manual_seed(index)
-            x = torch.randn(features, generator=g)
-            return x, int(index % 10)
+            return torch.randn(args.features, generator=g), int(index % 10)
 
     return SyntheticDataset()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainmon.demo.train")
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seconds", type=float, default=0.0, help="stop after this long instead (0: use --steps)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--cpu-ms", type=float, default=0.0, help="CPU work per sample in the loader")
-    p.add_argument("--sleep-ms", type=float, default=0.0, help="blocking wait per sample (slow storage)")
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="latency per sample (a slow service)")
+    p.add_argument("--io-reads", type=int, default=0, help="uncached random reads per sample (O_DIRECT)")
+    p.add_argument("--io-kb", type=int, default=4, help="size of each read")
+    p.add_argument("--io-mb", type=int, default=256, help="size of the data file the reads hit")
+    p.add_argument("--io-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--remote-latency-ms", type=float, default=0.0, help="serve samples from a slow loopback store")
+    p.add_argument("--remote-kb", type=int, default=256)
+    p.add_argument("--remote", default=None, help=argparse.SUPPRESS)
     p.add_argument("--width", type=int, default=512, help="hidden width: sets compute per step")
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--pin-memory", action="store_true")
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--checkpoint-mb", type=float, default=64.0)
+    p.add_argument("--eval-every", type=int, default=0, help="run an evaluation pass every N steps")
+    p.add_argument("--eval-batches", type=int, default=20)
+    p.add_argument("--switch-at", type=float, default=0.0,
+                   help="after this share of the run, switch to --workers 2 with no per-sample cost")
+    p.add_argument("--slow-rank", type=int, default=None, help="(distributed) this rank's data is slower")
+    p.add_argument("--slow-sleep-ms", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--no-attach", action="store_true")
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from the self-report")
     p.add_argument("--self-report", default=None)
     p.add_argument("--mp-context", default=None, choices=[None, "fork", "spawn", "forkserver"])
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     import torch
     from torch import nn
     from torch.utils.data import DataLoader
@@ -72,32 +165,67 @@ def main(argv: list[str] | None = None) -> int:
 
         trainmon.agent.attach(name=os.environ.get("TRAINMON_DEMO_NAME") or "demo-train")
 
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank = int(os.environ.get("RANK", "0"))
+    if distributed:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    dataset = build_dataset(args.steps * args.batch_size + args.batch_size, args.features, args.cpu_ms,
-                            args.sleep_ms)
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.persistent and args.workers > 0, pin_memory=args.pin_memory,
-                        multiprocessing_context=args.mp_context if args.workers > 0 else None)
+    cleanup: list[str] = []
+    if args.io_reads:
+        args.io_file = _make_data_file(args.io_mb)
+        cleanup.append(args.io_file)
+    if args.remote_latency_ms:
+        server = SlowServer(args.remote_latency_ms, args.remote_kb)
+        args.remote = f"{server.address[0]}:{server.address[1]}"
+
+    def loader_for(workers: int, plain: bool = False) -> DataLoader:
+        a = argparse.Namespace(**vars(args))
+        if plain:
+            a.cpu_ms = a.sleep_ms = 0.0
+            a.io_reads, a.io_file, a.remote = 0, None, None
+        dataset = build_dataset(a, args.steps * args.batch_size + args.batch_size, rank)
+        return DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
+                          persistent_workers=args.persistent and workers > 0, pin_memory=args.pin_memory,
+                          multiprocessing_context=args.mp_context if workers > 0 else None)
+
+    device = torch.device(args.device)
     model = nn.Sequential(nn.Linear(args.features, args.width), nn.ReLU(), nn.Linear(args.width, args.width),
-                          nn.ReLU(), nn.Linear(args.width, 10))
+                          nn.ReLU(), nn.Linear(args.width, 10)).to(device)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    ckpt_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"trainmon-demo-ckpt-{os.getpid()}.pt")
+    ckpt_path = os.path.join(tempfile.gettempdir(), f"trainmon-demo-ckpt-{os.getpid()}.pt")
     ballast = torch.zeros(int(args.checkpoint_mb * 2**20 / 4)) if args.checkpoint_every else None
+    eval_loader = loader_for(0, plain=True) if args.eval_every else None
 
     waits: list[float] = []
     step_ends: list[float] = [time.perf_counter()]
+    deadline = time.monotonic() + args.seconds if args.seconds else None
+    switch_step = int(args.steps * args.switch_at) if args.switch_at else None
+    loader = loader_for(args.workers)
     step = 0
-    while step < args.steps:
+
+    def more() -> bool:
+        return step < args.steps if deadline is None else time.monotonic() < deadline
+
+    while more():
         it = iter(loader)
-        while step < args.steps:
+        while more():
+            if switch_step is not None and step == switch_step:
+                switch_step = None
+                loader = loader_for(2, plain=True)
+                break
             t0 = time.perf_counter()
             try:
                 x, y = next(it)
             except StopIteration:
                 break
             waits.append(time.perf_counter() - t0)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()
@@ -107,23 +235,56 @@ def main(argv: list[str] | None = None) -> int:
                 torch.save({"model": model.state_dict(), "ballast": ballast}, ckpt_path)
                 with open(ckpt_path, "rb+") as fh:
                     os.fsync(fh.fileno())
+            if eval_loader is not None and step % args.eval_every == 0:
+                _evaluate(model, eval_loader, args.eval_batches)
             step_ends.append(time.perf_counter())
         del it
     if ballast is not None and os.path.exists(ckpt_path):
         os.unlink(ckpt_path)
-
+    for path in cleanup:
+        os.unlink(path)
+    if distributed:
+        torch.distributed.destroy_process_group()
     if args.self_report:
-        w = args.warmup
-        durations = [b - a for a, b in zip(step_ends[w:-1], step_ends[w + 1 :], strict=False)]
-        report = {
-            "steps": step,
-            "data_wait_fraction": sum(waits[w:]) / sum(durations) if durations else None,
-            "step_time_ms_p50": sorted(durations)[len(durations) // 2] * 1e3 if durations else None,
-            "pid": os.getpid(),
-        }
-        with open(args.self_report, "w") as fh:
-            json.dump(report, fh)
+        _self_report(args, step, waits, step_ends)
     return 0
+
+
+def _evaluate(model, loader, batches: int) -> None:
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        for i, (x, _) in enumerate(loader):
+            model(x)
+            _spin(0.02)  # metric computation
+            if i + 1 >= batches:
+                break
+    model.train()
+
+
+def _make_data_file(mb: int) -> str:
+    fd, path = tempfile.mkstemp(prefix="trainmon-demo-data-", dir=os.environ.get("TRAINMON_DEMO_DATA_DIR"))
+    block = os.urandom(1 << 20)
+    with os.fdopen(fd, "wb") as fh:
+        for _ in range(mb):
+            fh.write(block)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def _self_report(args: argparse.Namespace, steps: int, waits: list[float], step_ends: list[float]) -> None:
+    w = args.warmup
+    durations = [b - a for a, b in zip(step_ends[w:-1], step_ends[w + 1 :], strict=False)]
+    report = {
+        "steps": steps,
+        "data_wait_fraction": sum(waits[w:]) / sum(durations) if durations else None,
+        "step_time_ms_p50": sorted(durations)[len(durations) // 2] * 1e3 if durations else None,
+        "pid": os.getpid(),
+    }
+    with open(args.self_report, "w") as fh:
+        json.dump(report, fh)
 
 
 if __name__ == "__main__":

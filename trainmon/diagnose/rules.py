@@ -319,7 +319,7 @@ def host_memory(host: HostWindow, th: Thresholds) -> Finding | None:
 
 
 def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
-    f = w.wait_fraction
+    f = w.starving_fraction
     if _nan(f) or f > th.wait_warning:
         return None
     sps = w.samples_per_s

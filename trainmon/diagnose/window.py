@@ -55,6 +55,12 @@ class RunWindow:
             return math.nan
         return self.exposed_s / self.step_time_s
 
+    @property
+    def starving_fraction(self) -> float:
+        """The wait that starved the accelerator: the exposed share where measured, else the whole wait."""
+        exposed = self.exposed_fraction
+        return exposed if exposed == exposed else self.wait_fraction
+
     def overlaps_checkpoint(self, s: float, e: float) -> bool:
         return any(c0 < e and c1 > s for c0, c1 in self.checkpoint_spans)
 
