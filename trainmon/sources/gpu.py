@@ -147,7 +147,8 @@ class GpuSource:
 
     def __init__(self, nvml_module: Any = None) -> None:
         self.error: str | None = None
-        self.na_reasons: dict[str, str] = {}
+        self._reasons: dict[str, str] = {}  # series (or "gpu.{i}.<what>") → why it is n/a
+        self._now = 0.0
         self.unresolved_visible: list[str] = []
         self._nvml: Any = None
         self._initialized = False
@@ -156,6 +157,8 @@ class GpuSource:
         self._visible: set[int] | None = None
         self._logged: set[tuple[str, str]] = set()
         self._fns: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
+        self._error_cls: type[BaseException] = _Never
+        self._mismatch_cls: type[BaseException] = _Never
         self._init(nvml_module)
 
     # ------------------------------------------------------------------ setup
@@ -163,6 +166,11 @@ class GpuSource:
     @property
     def available(self) -> bool:
         return self._initialized
+
+    @property
+    def na_reasons(self) -> dict[str, str]:
+        """Series name → why it is NaN now. A copy: safe to read from another thread."""
+        return dict(self._reasons)
 
     def _init(self, nvml_module: Any) -> None:
         try:
@@ -182,11 +190,16 @@ class GpuSource:
             log.info("GPU source unavailable: %s", self.error)
             return
         self._initialized = True
-        self._consts()
-        self._fns = {key: [(n, getattr(nvml_module, n)) for n in names if callable(getattr(nvml_module, n, None))]
-                     for key, names in _FUNCTIONS.items()}
-        count = self._count()
-        self._enumerate(0 if count is None else count, 0.0)
+        try:
+            self._consts()
+            self._fns = {key: [(n, getattr(nvml_module, n)) for n in names
+                               if callable(getattr(nvml_module, n, None))]
+                         for key, names in _FUNCTIONS.items()}
+            count = self._count()
+            self._enumerate(0 if count is None else count, 0.0)
+        except Exception as e:  # a bug here must not take the monitor down
+            log.exception("GPU source setup failed")
+            self.error = f"GPU source setup failed: {type(e).__name__}: {_text(e)}"
 
     def _consts(self) -> None:
         m = self._nvml
@@ -212,7 +225,7 @@ class GpuSource:
         """(Re)build the device list: handles are looked up here once and cached."""
         for d in self._devices:
             self._free_gpm(d)
-        self.na_reasons = {k: v for k, v in self.na_reasons.items() if not k.startswith("gpu.")}
+        self._reasons = {k: v for k, v in self._reasons.items() if not k.startswith("gpu.")}
         self._devices = [self._open_device(i, now) for i in range(count)]
         if count == 0:
             self.error = "NVML sees no GPU"
@@ -226,8 +239,8 @@ class GpuSource:
         except _DeviceLost as e:
             self._lose(d, e.reason, now)
         if d.handle is None and d.lost is None:
-            # Without a handle nothing can be read until the next re-enumeration.
-            self._lose(d, self.na_reasons.pop(d.prefix + "handle", "no device handle"), now)
+            # Without a handle nothing can be read: treated like a lost GPU, opened again every few seconds.
+            self._lose(d, self._reasons.pop(d.prefix + "handle", "no device handle"), now)
         return d
 
     def _open_handle(self, d: _Device) -> None:
@@ -247,7 +260,7 @@ class GpuSource:
     def _open_gpm(self, d: _Device) -> None:
         support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
         if support is _FAIL:
-            d.gpm_status = _gpm_reason(self.na_reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
+            d.gpm_status = _gpm_reason(self._reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
             return
         if not getattr(support, "isSupportedDevice", 0):
             d.gpm_status = "not supported on this GPU (GPM needs Hopper or newer)"
@@ -257,7 +270,7 @@ class GpuSource:
             s = self._call(d, "gpm_alloc", ())
             if s is _FAIL:
                 self._free_samples(d, samples)
-                d.gpm_status = "GPM sample allocation failed: " + self.na_reasons.pop(d.prefix + "gpm_alloc", "?")
+                d.gpm_status = "GPM sample allocation failed: " + self._reasons.pop(d.prefix + "gpm_alloc", "?")
                 return
             samples.append(s)
         query_cls = getattr(self._nvml, "c_nvmlGpmMetricsGet_t", None)
@@ -275,7 +288,10 @@ class GpuSource:
 
     def _free_samples(self, d: _Device, samples: list[Any]) -> None:
         for s in samples:
-            self._call(d, "gpm_free", (), s, log_level=logging.DEBUG)
+            try:
+                self._call(d, "gpm_free", (), s, log_level=logging.DEBUG)
+            except _DeviceLost:
+                pass
 
     def _free_gpm(self, d: _Device) -> None:
         if d.gpm is not None:
@@ -293,7 +309,7 @@ class GpuSource:
         reason = d.skip.get(key)
         if reason is not None:
             for s in series:
-                self.na_reasons[s] = reason
+                self._reasons[s] = reason
             return _FAIL
         fns = self._fns.get(key, [])
         while fns:
@@ -339,7 +355,7 @@ class GpuSource:
             d.skip[key] = reason
         names = series or (d.prefix + key,)
         for s in names:
-            self.na_reasons[s] = reason
+            self._reasons[s] = reason
         self._log_once(names[0], reason, log_level if permanent else max(log_level, logging.WARNING))
 
     def _log_once(self, metric: str, reason: str, level: int = logging.WARNING) -> None:
@@ -349,7 +365,7 @@ class GpuSource:
 
     def _mark_device(self, d: _Device, reason: str) -> None:
         for s in d.series:
-            self.na_reasons[s] = reason
+            self._reasons[s] = reason
 
     def _lose(self, d: _Device, reason: str, now: float) -> None:
         d.lost = reason
@@ -357,46 +373,56 @@ class GpuSource:
         self._mark_device(d, reason)
         self._log_once(d.prefix.rstrip("."), reason, logging.WARNING)
 
-    def _probe_lost(self, d: _Device, now: float) -> None:
-        """A lost device is asked again only every few seconds: a dead GPU can make each call slow."""
-        fns = self._fns.get("memory")
-        if d.handle is None or not fns or now - d.lost_probe_t < LOST_PROBE_INTERVAL_S:
-            return
-        d.lost_probe_t = now
-        try:
-            fns[0][1](d.handle)
-        except Exception:
-            return
-        log.warning("gpu.%d answers again", d.index)
-        for s in d.series:
-            if self.na_reasons.get(s) == d.lost:
-                del self.na_reasons[s]
-        d.lost = None
+    def _retry_lost(self, pos: int, d: _Device, now: float) -> _Device:
+        """A lost device is opened afresh every few seconds; a dead GPU can make each call slow."""
+        if now - d.lost_probe_t < LOST_PROBE_INTERVAL_S:
+            return d
+        self._free_gpm(d)
+        fresh = self._open_device(d.index, now)
+        self._devices[pos] = fresh
+        if fresh.lost is None:
+            log.warning("gpu.%d answers again", d.index)
+            for s in d.series:
+                if self._reasons.get(s) == d.lost:
+                    del self._reasons[s]
+        return fresh
 
     # ------------------------------------------------------------------ sampling
 
     def sample(self, now: float) -> dict[str, float]:
-        """Flat series for every device; NaN where a value is n/a (see `na_reasons`)."""
+        """Flat series for every device; NaN where a value is n/a (see `na_reasons`).
+
+        `now` is the caller's monotonic clock in seconds: it spaces GPM sample pairs and retries of lost GPUs.
+        """
+        out: dict[str, float] = {}
         with self._lock:
             if not self._initialized:
-                return {}
-            count = self._count()
-            if count is not None and count != len(self._devices):
-                log.info("GPU count changed: %d → %d, re-enumerating", len(self._devices), count)
-                self._enumerate(count, now)
-            out: dict[str, float] = {}
-            for d in self._devices:
-                self._sample_one(d, now, out)
+                return out
+            self._now = now
+            try:
+                count = self._count()
+                if count is not None and count != len(self._devices):
+                    log.info("GPU count changed: %d → %d, re-enumerating", len(self._devices), count)
+                    self._enumerate(count, now)
+                for pos, d in enumerate(self._devices):
+                    if d.lost is not None:
+                        d = self._retry_lost(pos, d, now)
+                    self._sample_one(d, now, out)
+            except Exception:  # a bug here must not take the monitor down
+                self._log_exception("sample")
             return out
+
+    def _log_exception(self, where: str) -> None:
+        if ("exception", where) not in self._logged:
+            self._logged.add(("exception", where))
+            log.exception("GPU source %s failed", where)
 
     def _sample_one(self, d: _Device, now: float, out: dict[str, float]) -> None:
         names = d.series
         for s in names:
             out[s] = NAN
         if d.lost is not None:
-            self._probe_lost(d, now)
-            if d.lost is not None:
-                return
+            return
         try:
             self._read_device(d, now, out)
         except _DeviceLost as e:
@@ -406,8 +432,8 @@ class GpuSource:
 
     def _put(self, out: dict[str, float], key: str, value: float) -> None:
         out[key] = value
-        if key in self.na_reasons:
-            del self.na_reasons[key]
+        if key in self._reasons:
+            del self._reasons[key]
 
     def _read_device(self, d: _Device, now: float, out: dict[str, float]) -> None:
         k, h, put = d.keys, d.handle, self._put
@@ -462,6 +488,9 @@ class GpuSource:
             # The driver's buffer runs dry while the GPU idles: the snapshot is then the whole story.
             self._put(out, lo_key, util)
             self._put(out, hi_key, util)
+        else:
+            reason = self._reasons.get(k["util"], "no utilisation samples")
+            self._reasons[lo_key] = self._reasons[hi_key] = reason
 
     def _new_sample_values(self, d: _Device, value_type: int, samples: list[Any]) -> list[float]:
         if not samples:
@@ -481,6 +510,8 @@ class GpuSource:
         if self._call(d, "gpm_sample", keys, d.handle, cur) is _FAIL:
             g.have_prev = False
             g.values = dict.fromkeys(GPM_METRICS, NAN)
+            if "gpm_sample" in d.skip:
+                d.gpm_status = f"GPM sampling failed: {d.skip['gpm_sample']}"
             return
         if g.have_prev:
             g.query.sample1 = g.samples[1 - g.cur]
@@ -491,7 +522,7 @@ class GpuSource:
                 self._collect_gpm(d, g)
         else:
             for s in keys:
-                self.na_reasons[s] = "GPM needs two samples: first value next tick"
+                self._reasons[s] = "GPM needs two samples: first value next tick"
         g.cur = 1 - g.cur
         g.have_prev = True
         g.prev_t = now
@@ -506,7 +537,7 @@ class GpuSource:
             else:
                 g.values[metric] = NAN
                 reason = f"{_code_text(self._nvml, ret)} (nvmlGpmMetricsGet)"
-                self.na_reasons[d.keys[metric]] = reason
+                self._reasons[d.keys[metric]] = reason
                 self._log_once(d.keys[metric], reason)
 
     def _put_gpm(self, d: _Device, g: _Gpm, out: dict[str, float]) -> None:
@@ -528,20 +559,24 @@ class GpuSource:
             if not self._initialized:
                 return {}
             per_gpu: dict[int, dict[int, tuple[float, float]]] = {}
-            for d in self._devices:
-                if d.lost is not None or d.handle is None:
-                    continue
-                try:
-                    per_gpu[d.index] = self._device_processes(d)
-                except _DeviceLost as e:
-                    self._lose(d, e.reason, -math.inf)
-            return _merge_processes(per_gpu)
+            try:
+                for d in self._devices:
+                    if d.lost is not None or d.handle is None:
+                        continue
+                    try:
+                        per_gpu[d.index] = self._device_processes(d)
+                    except _DeviceLost as e:
+                        self._lose(d, e.reason, self._now)
+                return _merge_processes(per_gpu)
+            except Exception:
+                self._log_exception("process_usage")
+                return {}
 
     def _device_processes(self, d: _Device) -> dict[int, tuple[float, float]]:
         procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
         if procs is _FAIL:
             return {}
-        self.na_reasons.pop(d.prefix + "proc_mem", None)
+        self._reasons.pop(d.prefix + "proc_mem", None)
         sm = self._process_sm(d)
         out: dict[int, tuple[float, float]] = {}
         for p in procs:
@@ -555,7 +590,7 @@ class GpuSource:
         samples = self._call(d, "proc_util", (key,), d.handle, d.proc_ts, not_found=[])
         if samples is _FAIL:
             return None
-        self.na_reasons.pop(key, None)
+        self._reasons.pop(key, None)
         if not samples:
             return {}
         newest = max(s.timeStamp for s in samples)
@@ -597,7 +632,11 @@ class GpuSource:
             if cuda_visible_devices is None:
                 result = [d.index for d in present]
             else:
-                result = self._parse_visible(cuda_visible_devices, present)
+                try:
+                    result = self._parse_visible(str(cuda_visible_devices), present)
+                except Exception:
+                    self._log_exception("resolve_visible")
+                    result = []
             self._visible = set(result) if cuda_visible_devices is not None else None
             return result
 
@@ -620,10 +659,13 @@ class GpuSource:
         with self._lock:
             if not self._initialized:
                 return
-            for d in self._devices:
-                self._free_gpm(d)
-            self._devices = []
             self._initialized = False
+            try:
+                for d in self._devices:
+                    self._free_gpm(d)
+            except Exception:
+                self._log_exception("close")
+            self._devices = []
             try:
                 self._nvml.nvmlShutdown()
             except Exception as e:
@@ -644,24 +686,17 @@ def _match_device(tok: str, present: list[_Device]) -> int | None:
 
 
 def _merge_processes(per_gpu: dict[int, dict[int, tuple[float, float]]]) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
+    by_pid: dict[int, list[tuple[int, float, float]]] = {}
     for gpu, procs in sorted(per_gpu.items()):
         for pid, (mem, sm) in procs.items():
-            entry = out.get(pid)
-            if entry is None:
-                out[pid] = {"gpu": gpu, "mem_mb": mem, "sm_pct": sm, "gpus": [gpu]}
-                continue
-            entry["gpus"].append(gpu)
-            if mem > entry["mem_mb"] or entry["mem_mb"] != entry["mem_mb"]:
-                entry["gpu"], entry["sm_pct"] = gpu, sm
-            entry["mem_mb"] = _nansum(entry["mem_mb"], mem)
+            by_pid.setdefault(pid, []).append((gpu, mem, sm))
+    out: dict[int, dict[str, Any]] = {}
+    for pid, rows in by_pid.items():
+        # The GPU holding most of its memory is "its" GPU; an unknown amount (NaN) never wins.
+        gpu, _, sm = max(rows, key=lambda r: (r[1] == r[1], r[1] if r[1] == r[1] else 0.0, -r[0]))
+        known = [r[1] for r in rows if r[1] == r[1]]
+        out[pid] = {"gpu": gpu, "mem_mb": sum(known) if known else NAN, "sm_pct": sm, "gpus": [r[0] for r in rows]}
     return out
-
-
-def _nansum(a: float, b: float) -> float:
-    if a != a:
-        return b
-    return a if b != b else a + b
 
 
 def _text(e: BaseException) -> str:
