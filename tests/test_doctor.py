@@ -85,7 +85,12 @@ def test_loose_mode_is_a_warning(sock_dir: Path) -> None:
     assert status == "warn" and "0755" in detail
 
 
-def test_socket_path_is_a_file(sock_dir: Path) -> None:
+@pytest.fixture
+def no_torch_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "check_torch", lambda: [("torch", "ok", "not probed")])
+
+
+def test_socket_path_is_a_file(sock_dir: Path, no_torch_probe: None) -> None:
     sock_dir.write_text("not a directory")
     rows, can_run = doctor.run_doctor()
     status, detail = _rows_by_check(rows)["socket dir"]
@@ -94,7 +99,7 @@ def test_socket_path_is_a_file(sock_dir: Path) -> None:
     assert "cannot run here" in doctor.format_doctor(rows, can_run)
 
 
-def test_socket_dir_owned_by_another_user(sock_dir: Path) -> None:
+def test_socket_dir_owned_by_another_user(sock_dir: Path, no_torch_probe: None) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to give a directory to another uid")
     sock_dir.mkdir(mode=0o700)

@@ -373,3 +373,19 @@ def test_sampler_sees_compute_in_a_compute_bound_training(pyspy_bin: str, spawn)
     assert sum(share for _, share in hot) <= 1 + 1e-9
     assert hot == sorted(hot, key=lambda item: -item[1])
     assert all(" (" in label and label.endswith(")") for label, _ in hot)
+
+
+@pytest.mark.parametrize(("scope", "cap", "ok", "words"), [
+    (None, False, True, "same user"),
+    (0, False, True, "same user"),
+    (1, False, False, "sudo sysctl kernel.yama.ptrace_scope=0"),
+    (1, True, True, "any process"),
+    (2, False, False, "only CAP_SYS_PTRACE"),
+    (3, True, False, "disabled until reboot"),
+])
+def test_ptrace_status_logic(monkeypatch: pytest.MonkeyPatch, scope: int | None, cap: bool, ok: bool,
+                             words: str) -> None:
+    monkeypatch.setattr(pyspy, "read_ptrace_scope", lambda: scope)
+    monkeypatch.setattr(pyspy, "has_cap_sys_ptrace", lambda: cap)
+    got_ok, why = pyspy.ptrace_status()
+    assert got_ok is ok and words in why

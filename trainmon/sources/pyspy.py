@@ -166,12 +166,14 @@ def ptrace_status() -> tuple[bool, str]:
     if scope == 3:
         return False, f"{where}: ptrace is disabled until reboot; py-spy cannot attach"
     if cap:
-        return True, f"{where}: can attach to any process"
+        return True, f"{where}: ptrace allowed to any process"
     if scope in (None, 0):
-        return True, f"{where}: can attach to processes of the same user"
+        return True, f"{where}: ptrace allowed to processes of the same user"
     if scope == 1:
-        return False, (f"{where}: can attach only to its own descendants (e.g. `trainmon run`); "
-                       "to attach to other processes: sudo sysctl kernel.yama.ptrace_scope=0 or run with sudo")
+        # py-spy is never an ancestor of the job (not even under `trainmon run`: it is the job's sibling).
+        return False, (f"{where}: py-spy may attach only to its own descendants, which a training job is not, "
+                       "unless the job calls prctl(PR_SET_PTRACER); fix: sudo sysctl kernel.yama.ptrace_scope=0 "
+                       "or run trainmon with sudo")
     return False, f"{where}: only CAP_SYS_PTRACE may attach; run with sudo or grant CAP_SYS_PTRACE"
 
 
