@@ -48,11 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "a per-user socket)")
     p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="refresh interval (default 1 s)")
     p.add_argument("--token", default=None, help="shared token required from agents on a non-loopback TCP address")
+    p.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                   help="watch a job started without the agent (py-spy sampling); repeatable")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     d = sub.add_parser("demo", help="run a built-in demo training under the monitor")
     d.add_argument("--scenario", default=DEFAULT, choices=sorted(SCENARIOS), help=f"default: {DEFAULT}")
-    d.add_argument("--steps", type=int, default=None, help="override the scenario's step count")
+    d.add_argument("--seconds", type=_positive, default=None, help="override the scenario's duration")
 
     r = sub.add_parser("run", help="run CMD with the agent attached (no code change)")
     r.add_argument("--record", metavar="FILE", default=None, help="also record to FILE")
@@ -65,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--listen", dest="sub_listen", metavar="ADDR", default=None)
     rec.add_argument("--interval", dest="sub_interval", type=_positive, default=None, metavar="S")
     rec.add_argument("--quiet", "-q", action="store_true", help="no status lines")
+    rec.add_argument("--pid", dest="sub_pid", type=int, action="append", default=[], metavar="PID",
+                     help="also watch this process without the agent (py-spy sampling)")
+
+    sub.add_parser("doctor", help="what works here: NVML, py-spy/ptrace, socket directory, torch")
 
     rep = sub.add_parser("report", help="summarise a recording")
     rep.add_argument("file")
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handlers: dict[str | None, Callable[[argparse.Namespace], int]] = {
         None: cmd_live, "demo": cmd_demo, "run": cmd_run, "record": cmd_record, "report": cmd_report,
+        "doctor": cmd_doctor,
     }
     try:
         return handlers[args.command](args)
@@ -101,16 +108,25 @@ def _interval(args: argparse.Namespace) -> float:
     return getattr(args, "sub_interval", None) or args.interval
 
 
-def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None):
+def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None, pids=()):
     from trainmon.monitor import Monitor
     from trainmon.sources.agents import AddressError
 
     monitor = Monitor(address, interval=interval, token=token, sinks=sinks)
+    for pid in pids:
+        error = monitor.watch_pid(pid)
+        if error:
+            monitor.stop()
+            raise CliError(error)
     try:
         monitor.start()
     except AddressError as exc:
         raise CliError(str(exc)) from None
     return monitor
+
+
+def _pids(args: argparse.Namespace) -> list[int]:
+    return [*args.pid, *getattr(args, "sub_pid", [])]
 
 
 def _stop_event() -> threading.Event:
@@ -143,7 +159,7 @@ def _private_address() -> tuple[str, tempfile.TemporaryDirectory]:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    monitor = _start_monitor(_listen(args), _interval(args), args.token)
+    monitor = _start_monitor(_listen(args), _interval(args), args.token, pids=_pids(args))
     print(f"trainmon {__version__}: listening on {monitor.address} — in training: trainmon.agent.attach() "
           f"(or TRAINMON_ADDR={monitor.address})", file=sys.stderr, flush=True)
     monitor.listeners.append(_print_status)
@@ -162,7 +178,11 @@ def cmd_record(args: argparse.Namespace) -> int:
         recorder = Recorder(args.output)
     except RecorderError as exc:
         raise CliError(str(exc)) from None
-    monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder])
+    try:
+        monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder], pids=_pids(args))
+    except CliError:
+        recorder.close()
+        raise
     print(f"trainmon: recording to {args.output}; agents connect to {monitor.address}", file=sys.stderr, flush=True)
     if not args.quiet:
         monitor.listeners.append(_print_status)
@@ -186,6 +206,15 @@ def cmd_record(args: argparse.Namespace) -> int:
     print(f"trainmon: wrote {args.output} ({recorder.bytes_written / 1024:.0f} KiB, {runs} run(s), {steps} steps)",
           file=sys.stderr)
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from trainmon.doctor import format_doctor, run_doctor
+
+    rows, can_run = run_doctor()
+    text = format_doctor(rows, can_run)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0 if can_run else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -225,6 +254,7 @@ def _run_child(cmd: list[str], env: dict[str, str], monitor, on_tick: bool) -> i
             pass
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    monitor.track(child.pid, "child")
     if on_tick:
         monitor.listeners.append(_print_status)
     try:
@@ -235,7 +265,7 @@ def _run_child(cmd: list[str], env: dict[str, str], monitor, on_tick: bool) -> i
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from trainmon.demo.scenarios import SCENARIOS
+    from trainmon.demo.scenarios import SCENARIOS, command
     from trainmon.report import build_report, render
 
     _require_torch()
@@ -244,9 +274,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with tmp:
         monitor = _start_monitor(address, _interval(args), None)
         print(f"trainmon demo: scenario {scenario.name} — {scenario.description}", flush=True)
-        cmd = [sys.executable, "-m", "trainmon.demo.train", *scenario.args]
-        if args.steps:
-            cmd += ["--steps", str(args.steps)]
+        cmd = command(scenario, ["--seconds", str(args.seconds)] if args.seconds else None)
         env = dict(os.environ, TRAINMON_ADDR=address, TRAINMON_DEMO_NAME=f"demo:{scenario.name}")
         try:
             status = _run_child(cmd, env, monitor, on_tick=True)

@@ -134,6 +134,19 @@ class Monitor:
     def track(self, pid: int, role: str = "child") -> None:
         self.extra_pids[pid] = role
 
+    def watch_pid(self, pid: int) -> str | None:
+        """Agentless: follow ``pid`` by py-spy sampling. Returns why not, or None."""
+        from trainmon.sources.pyspy import PySpySampler, dump, process_gone
+
+        if process_gone(pid):
+            return f"no such process: {pid}"
+        probe = dump(pid)
+        if probe.error:
+            return probe.error
+        self.track(pid, "main")
+        self.sources.append(_PySpySource(PySpySampler(pid)))
+        return None
+
     def start(self) -> None:
         if self.agents is not None:
             self.agents.start()
@@ -219,6 +232,21 @@ class Monitor:
                     (j - i) / span, w.wait_fraction, w.samples_per_s,
                     w.step_p50_s * 1e3 if w.step_p50_s == w.step_p50_s else math.nan, run.dropped_records))
         return out
+
+
+class _PySpySource:
+    """Adapts a PySpySampler to the Source interface."""
+
+    name = "pyspy"
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def sample(self, now: float) -> dict[str, float]:
+        return self.sampler.sample(now)
+
+    def close(self) -> None:
+        self.sampler.close()
 
 
 def status_line(snap: Snapshot) -> str:

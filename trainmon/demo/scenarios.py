@@ -1,7 +1,13 @@
-"""Named demo scenarios: real small trainings, each with one known bottleneck."""
+"""Named demo scenarios: real small trainings, each with one known bottleneck.
+
+Each runs for a fixed time (about 20 s) whatever the machine's speed, on CPU here and on CUDA where
+present (``--device cuda`` is added when a GPU is visible).
+"""
 
 from __future__ import annotations
 
+import socket
+import sys
 from dataclasses import dataclass
 
 
@@ -11,21 +17,74 @@ class Scenario:
     expected: str  # the verdict code trainmon should name
     description: str
     args: tuple[str, ...]
+    ranks: int = 1  # > 1: launched with torch.distributed.run (gloo)
+    timeline: tuple[str, ...] = ()  # expected order of verdict changes, where it matters
 
+
+SECONDS = ("--seconds", "20", "--steps", "1000000")
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("healthy", "ok.compute_bound",
+             "two workers keep well ahead of a compute-heavy model: nothing starves",
+             ("--workers", "2", "--cpu-ms", "0.02", "--width", "1536", "--persistent", *SECONDS)),
     Scenario("main-process", "input.main_process",
              "num_workers=0 and 1.5 ms of decoding per sample: the loop loads every batch itself",
-             ("--workers", "0", "--cpu-ms", "1.5", "--steps", "400")),
+             ("--workers", "0", "--cpu-ms", "1.5", *SECONDS)),
     Scenario("few-workers", "input.too_few_workers",
-             "one worker waits 4 ms per sample on a slow read: more workers would hide it",
-             ("--workers", "1", "--sleep-ms", "4", "--persistent", "--steps", "150")),
-    Scenario("healthy", "ok.compute_bound",
-             "two workers keep ahead of a compute-heavy model",
-             ("--workers", "2", "--cpu-ms", "0.05", "--width", "1536", "--persistent", "--steps", "250")),
+             "one worker decodes 1 ms per sample, busy all the time, while a core sits idle",
+             ("--workers", "1", "--cpu-ms", "1.0", "--persistent", *SECONDS)),
+    Scenario("cpu-saturated", "input.workers_cpu",
+             "three workers with heavy augmentation on a host whose cores are all busy",
+             ("--workers", "3", "--cpu-ms", "2.0", "--threads", "2", "--width", "768", "--persistent", *SECONDS)),
+    Scenario("slow-storage", "input.io",
+             "every sample costs 24 uncached 4 KiB random reads (O_DIRECT) from a real file",
+             ("--workers", "2", "--io-reads", "24", "--io-mb", "256", "--persistent", *SECONDS)),
+    Scenario("remote-storage", "input.io",
+             "samples come from a slow loopback object store: 3 ms latency and 256 KiB per sample",
+             ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *SECONDS)),
     Scenario("checkpoint", "stall.checkpoint",
              "a 96 MB checkpoint written and fsynced every 10 steps",
              ("--workers", "2", "--persistent", "--width", "1024", "--checkpoint-every", "10",
-              "--checkpoint-mb", "96", "--steps", "200")),
+              "--checkpoint-mb", "96", *SECONDS)),
+    Scenario("periodic-eval", "stall.periodic",
+             "an evaluation pass over 15 batches every 25 steps stalls training",
+             ("--workers", "2", "--persistent", "--eval-every", "25", "--eval-batches", "15", *SECONDS)),
+    Scenario("straggler", "dist.straggler",
+             "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
+             ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *SECONDS), ranks=2),
+    Scenario("switch", "input.main_process",
+             "data loads in the main process for 15 s, then two workers take over: the cause changes halfway",
+             ("--workers", "0", "--cpu-ms", "1.5", "--switch-at", "0.5", "--seconds", "30", "--steps", "1000000"),
+             timeline=("input.main_process", "ok.compute_bound")),
 )}
-DEFAULT = "main-process"
+DEFAULT = "switch"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command(scenario: Scenario, extra: list[str] | None = None) -> list[str]:
+    """The command line that runs ``scenario`` (torch.distributed.run for multi-rank ones)."""
+    args = [*scenario.args, *(extra or [])]
+    if _cuda_visible():
+        args += ["--device", "cuda"]
+    if scenario.ranks > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(scenario.ranks),
+                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "trainmon.demo.train", *args]
+    return [sys.executable, "-m", "trainmon.demo.train", *args]
+
+
+def _cuda_visible() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return False

@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     waits: list[float] = []
     step_ends: list[float] = [time.perf_counter()]
     deadline = time.monotonic() + args.seconds if args.seconds else None
-    switch_step = int(args.steps * args.switch_at) if args.switch_at else None
+    switch_step = int(args.steps * args.switch_at) if args.switch_at and not args.seconds else None
+    switch_time = time.monotonic() + args.seconds * args.switch_at if args.switch_at and args.seconds else None
     loader = loader_for(args.workers)
     step = 0
 
@@ -215,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     while more():
         it = iter(loader)
         while more():
-            if switch_step is not None and step == switch_step:
-                switch_step = None
+            if (switch_step is not None and step == switch_step) or (
+                    switch_time is not None and time.monotonic() >= switch_time):
+                switch_step = switch_time = None
                 loader = loader_for(2, plain=True)
                 break
             t0 = time.perf_counter()
