@@ -34,7 +34,9 @@ def test_attach_does_not_import_torch():
     assert "torch" not in mods
 
 
-@pytest.mark.parametrize("module", ["trainmon.sources.agents", "trainmon.sources.host", "trainmon.store",
+@pytest.mark.parametrize("module", ["trainmon.sources.agents", "trainmon.sources.host", "trainmon.sources.gpu",
+                                    "trainmon.sources.disk", "trainmon.sources.procs", "trainmon.sources.pyspy",
+                                    "trainmon.doctor", "trainmon.launch", "trainmon.store",
                                     "trainmon.diagnose", "trainmon.record", "trainmon.report", "trainmon.monitor",
                                     "trainmon.cli"])
 def test_core_layers_never_import_textual(module):

@@ -59,7 +59,13 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
     def m(key: str) -> float:
         return mean(store.values_between(f"proc.{pid}.{key}", t0, t1))
 
-    return ProcEvidence(pid, m("cpu_pct"), m("state_R"), m("state_S"), m("state_D"), m("read_mb_s"),
+    def state(letter: str) -> float:
+        # The main thread is the one that works (a worker's or the training loop's); helper threads
+        # (interop pools, pin-memory, the agent's sender) mostly sleep and would dilute the share.
+        main = m(f"state_main_{letter}")
+        return main if main == main else m(f"state_{letter}")
+
+    return ProcEvidence(pid, m("cpu_pct"), state("R"), state("S"), state("D"), m("read_mb_s"),
                         m("rchar_mb_s"), m("runq_wait_ms_s"))
 
 

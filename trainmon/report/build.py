@@ -9,7 +9,7 @@ from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import quantile
-from trainmon.report.system import process_figures, system_section
+from trainmon.report.system import agentless_section, process_figures, pyspy_wait_share, system_section
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
@@ -64,7 +64,9 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
         first = store.first_t if store.first_t is not None else 0.0
         last = store.last_t if store.last_t is not None else first
         runs = sorted(store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.first_seen))
-        run_rows = [run_summary(r) | {"processes": process_figures(store, r)} for r in runs]
+        run_rows = [run_summary(r) | {"processes": process_figures(store, r),
+                                      "pyspy_data_wait_share": pyspy_wait_share(store, r.pid)} for r in runs]
+        agentless = agentless_section(store)
         system = system_section(store)
         step_ends = [r.steps.end[-1] for r in runs if len(r.steps)]
     end = max([last, *step_ends]) if step_ends else last
@@ -107,6 +109,7 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
         "findings": secondary,
         "timeline": [{"t": round(tc - first, 2), "code": c} for tc, c in tracker.changes],
         "system": system,
+        "agentless": agentless,
         "thresholds": vars(th),
         "recording": dict(store.metadata),
     }

@@ -101,3 +101,41 @@ def process_figures(store: Store, run: Run) -> dict[str, Any]:
     return {"main": main, "workers": workers,
             "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
             "workers_cpu_pct_mean": _r(sum(cpu) / len(cpu)) if cpu else None}
+
+
+def pyspy_wait_share(store: Store, pid: int) -> float | None:
+    """Agentless estimate: share of py-spy samples of the main thread inside DataLoader ``__next__``."""
+    shares = store.series.get(f"pyspy.{pid}.data_wait_share")
+    counts = store.series.get(f"pyspy.{pid}.samples")
+    if shares is None or counts is None:
+        return None
+    weighted = total = 0.0
+    for (_, share), (_, n) in zip(shares, counts, strict=False):
+        if share == share and n == n and n > 0:
+            weighted += share * n
+            total += n
+    return round(weighted / total, 4) if total else None
+
+
+def agentless_section(store: Store) -> list[dict[str, Any]]:
+    """Processes watched by py-spy only (``--pid``) that never attached the agent."""
+    attached = {run.pid for run in store.runs.values()}
+    pids = sorted({int(m.group(1)) for n in store.series if (m := re.match(r"pyspy\.(\d+)\.samples$", n))})
+    out = []
+    for pid in pids:
+        if pid in attached:
+            continue
+        samples = store.series[f"pyspy.{pid}.samples"]
+        out.append({"pid": pid, "data_wait_share": pyspy_wait_share(store, pid),
+                    "samples": int(sum(v for _, v in samples if v == v)),
+                    "process": process_figures_pid(store, pid)})
+    return out
+
+
+def process_figures_pid(store: Store, pid: int) -> dict[str, Any]:
+    fig: dict[str, Any] = {"pid": pid}
+    for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rss_mb"):
+        s = stats(store, f"proc.{pid}.{key}")
+        if s["p50"] is not None:
+            fig[key] = s["p50"] if key != "rss_mb" else s["max"]
+    return fig
