@@ -117,3 +117,15 @@ def test_bad_info_is_ignored():
                  {"name": {"id": None}}, {"drops": "many"}, {"bye": 3}):
         run.apply_info(info)
     assert run.dropped_records == 0 and run.ended is None
+
+
+def test_a_new_train_loader_takes_over_at_once():
+    run = _run({1: {"batch_size": 8, "num_workers": 0}, 2: {"batch_size": 16, "num_workers": 2}})
+    recs = [r for i in range(30) for r in (wait(1, i * 10, i * 10 + 6), opt(i * 10 + 9))]
+    recs += [r for i in range(30, 60) for r in (wait(2, i * 10, i * 10 + 1), opt(i * 10 + 9))]
+    _feed(run, *recs)
+    s = run.steps
+    assert s.total == 60
+    assert list(s.loader[:30]) == [1] * 30 and list(s.loader[30:]) == [2] * 30
+    assert s.wait[30] == pytest.approx(0.001) and s.samples[30] == 16  # the first batch of the new loader
+    assert run.eval_wait_s == pytest.approx(0.0)

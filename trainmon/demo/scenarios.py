@@ -26,7 +26,7 @@ SECONDS = ("--seconds", "20", "--steps", "1000000")
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("healthy", "ok.compute_bound",
              "two workers keep well ahead of a compute-heavy model: nothing starves",
-             ("--workers", "2", "--cpu-ms", "0.02", "--width", "1536", "--persistent", *SECONDS)),
+             ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent", *SECONDS)),
     Scenario("main-process", "input.main_process",
              "num_workers=0 and 1.5 ms of decoding per sample: the loop loads every batch itself",
              ("--workers", "0", "--cpu-ms", "1.5", *SECONDS)),
@@ -47,14 +47,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              ("--workers", "2", "--persistent", "--width", "1024", "--checkpoint-every", "10",
               "--checkpoint-mb", "96", *SECONDS)),
     Scenario("periodic-eval", "stall.periodic",
-             "an evaluation pass over 15 batches every 25 steps stalls training",
-             ("--workers", "2", "--persistent", "--eval-every", "25", "--eval-batches", "15", *SECONDS)),
+             "an evaluation pass over 8 batches every 50 steps stalls training",
+             ("--workers", "2", "--persistent", "--eval-every", "50", "--eval-batches", "8", *SECONDS)),
     Scenario("straggler", "dist.straggler",
              "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
              ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *SECONDS), ranks=2),
     Scenario("switch", "input.main_process",
-             "data loads in the main process for 15 s, then two workers take over: the cause changes halfway",
-             ("--workers", "0", "--cpu-ms", "1.5", "--switch-at", "0.5", "--seconds", "30", "--steps", "1000000"),
+             "data loads in the main process for 18 s, then two workers take over: the cause changes halfway",
+             ("--workers", "0", "--cpu-ms", "1.5", "--width", "4096", "--switch-at", "0.6", "--seconds", "30",
+              "--steps", "1000000"),
              timeline=("input.main_process", "ok.compute_bound")),
 )}
 DEFAULT = "switch"

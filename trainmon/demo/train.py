@@ -104,11 +104,12 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
                 for _ in range(args.io_reads):
                     os.preadv(io.fd, [io.buf], random.randrange(pages) * PAGE)
                 if io.conn is not None:
+                    # read() on the socket, as a network filesystem (NFS, FUSE) client would do.
                     want = args.remote_kb * 1024
                     io.conn.sendall(b"get\n")
                     got = 0
                     while got < want:
-                        chunk = io.conn.recv(min(65536, want - got))
+                        chunk = os.read(io.conn.fileno(), min(65536, want - got))
                         if not chunk:
                             raise ConnectionError("remote store closed the connection")
                         got += len(chunk)
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         if plain:
             a.cpu_ms = a.sleep_ms = 0.0
             a.io_reads, a.io_file, a.remote = 0, None, None
-        dataset = build_dataset(a, args.steps * args.batch_size + args.batch_size, rank)
+        size = min(args.steps * args.batch_size + args.batch_size, 50_000)  # epochs repeat in --seconds mode
+        dataset = build_dataset(a, size, rank)
         return DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
                           persistent_workers=args.persistent and workers > 0, pin_memory=args.pin_memory,
                           multiprocessing_context=args.mp_context if workers > 0 else None)

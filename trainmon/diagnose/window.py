@@ -83,10 +83,13 @@ class RunWindow:
     def span_s(self) -> float:
         return self.t1 - self.t0
 
+    loader_id: int | None = None
+
     @property
     def loader(self) -> dict[str, Any]:
-        train = self.run.train_loader()
-        return dict(train.config) if train is not None else {}
+        """Config of the loader feeding this window's steps."""
+        info = self.run.loaders.get(self.loader_id) if self.loader_id else self.run.train_loader()
+        return dict(info.config) if info is not None else {}
 
 
 def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
@@ -103,7 +106,12 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
                 count += 1
         i = min(i, k)
     w = RunWindow(run, steps.start[i] if j > i else t0, t1)
+    # Judge the loader feeding the latest steps: after a switch, the old loader's steps are history.
+    current = steps.loader[j - 1] if j > i else None
+    w.loader_id = current or None
     for k in range(i, j):
+        if current is not None and steps.loader[k] != current:
+            continue
         if steps.warm[k]:
             w.warm_steps += 1
             continue

@@ -45,7 +45,7 @@ class LoaderInfo:
 class Steps:
     """Columnar step table: start, end, data wait (s), samples, warm-up flag."""
 
-    __slots__ = ("cap", "end", "exposed", "samples", "start", "total", "wait", "warm")
+    __slots__ = ("cap", "end", "exposed", "loader", "samples", "start", "total", "wait", "warm")
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -55,19 +55,22 @@ class Steps:
         self.exposed = array("d")  # GPU idle exposed by the wait (nan where not measured)
         self.samples = array("l")
         self.warm = array("b")
+        self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.total = 0  # steps ever completed (the table itself may be trimmed)
 
-    def add(self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float) -> None:
+    def add(self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float,
+            loader: int = 0) -> None:
         self.start.append(start)
         self.end.append(end)
         self.wait.append(wait)
         self.exposed.append(exposed)
         self.samples.append(samples)
         self.warm.append(1 if warm else 0)
+        self.loader.append(loader)
         self.total += 1
         if self.cap is not None and len(self.end) > self.cap:
             drop = len(self.end) - self.cap + self.cap // 4
-            for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm):
+            for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm, self.loader):
                 del col[:drop]
 
     def __len__(self) -> int:
@@ -109,6 +112,8 @@ class Run:
         self._last_end: float | None = None
         self._warm_until = WARMUP_STEPS
         self._seen_any_wait = False
+        self._last_wait_loader: int | None = None
+        self._pending_wait: dict[int, tuple[float, int]] = {}  # other loaders' waits since the last step
 
     # ------------------------------------------------------------ identity
 
@@ -217,11 +222,18 @@ class Run:
         info.batches += 1
         info.wait_s += t1 - t0
         self._seen_any_wait = True
+        self._last_wait_loader = lid
         train = self.loaders.get(self._train) if self._train is not None else None
-        if train is None or (lid != self._train and info.batches > train.batches):
+        # Without optimizer steps the most iterated loader is the train loader; with them, the
+        # loader whose batch precedes each optimizer step is (see _on_boundary).
+        if train is None or (self.mode == "next" and lid != self._train and info.batches > train.batches):
             self._train = lid
         if lid != self._train:
             self.eval_wait_s += t1 - t0
+            wait, batches = self._pending_wait.get(lid, (0.0, 0))
+            self._pending_wait[lid] = (wait + t1 - t0, batches + 1)
+            if self._cur_start is None and self.mode != "next":
+                self._cur_start = t0
             return
         if self.mode == "next":
             if self._cur_start is not None:
@@ -242,6 +254,15 @@ class Run:
             return
         else:
             self.mode = "opt"
+            last = self._last_wait_loader
+            if last is not None and last != self._train:
+                # The loader feeding the optimizer changed (a new train loader; eval loaders never
+                # precede an optimizer step): its waits since the last step were this step's.
+                self._train = last
+                self._cur_wait, self._cur_batches = self._pending_wait.get(last, (0.0, 0))
+                self.eval_wait_s -= self._cur_wait
+                self._cur_start = self._cur_start if self._cur_start is not None else self._last_end
+            self._pending_wait.clear()
             if self._seen_any_wait and self._cur_batches == 0:
                 return  # another optimizer of the same iteration
         start = self._cur_start if self._cur_start is not None else self._last_end
@@ -260,7 +281,8 @@ class Run:
         info.iterators += 1
         self.iter_starts.append((t, lid))
         persistent = bool(info.config.get("persistent_workers"))
-        if workers > 0 and info.iterators > 1 and not persistent and lid == self._train:
+        if workers > 0 and not (persistent and info.iterators > 1):
+            # Workers (re)starting: the next steps wait on their start-up, not on steady-state loading.
             self._warm_until = max(self._warm_until, self.steps.total + RESTART_WARMUP_STEPS)
         if self.mode == "next" and lid == self._train:
             self._cur_start = None  # a new epoch: the gap before it is not a step
@@ -270,7 +292,8 @@ class Run:
         batch = train.config.get("batch_size") if train is not None else None
         samples = self._cur_batches * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self._warm_until
-        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed)
+        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed,
+                       self._train or 0)
         self._last_end = end
         self._cur_wait = 0.0
         self._cur_batches = 0
