@@ -204,3 +204,15 @@ def test_thresholds_are_configurable():
     store = make_store(wait_ms=5, procs=worker_figs(95))  # 10 % wait
     assert codes(store, 10.0)[0] == "input.too_few_workers"
     assert codes(store, 10.0, Thresholds(wait_warning=0.15))[0] == "ok.compute_bound"
+
+
+def test_host_to_device_copies_from_pageable_memory():
+    gpu = {"gpu.0.util": 45.0, "gpu.0.pcie_rx_mb_s": 9000.0, "gpu.0.mem_used_mb": 1000.0,
+           "gpu.0.mem_total_mb": 80000.0}
+    store = make_store(wait_ms=1, host=gpu, procs={10: {"cpu_pct": 95.0}})
+    f = evaluate(store, 10.0)[0]
+    assert f.code == "input.host_to_device" and "pin_memory=True" in f.advice[0]
+    store.runs[1].loaders[1].config["pin_memory"] = True
+    assert codes(store, 10.0)[0] == "host.overhead"  # pinned already: the idle GPU is host overhead
+    low_traffic = make_store(wait_ms=1, host=gpu | {"gpu.0.pcie_rx_mb_s": 50.0}, procs={10: {"cpu_pct": 95.0}})
+    assert codes(low_traffic, 10.0)[0] == "host.overhead"

@@ -45,7 +45,8 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
             ev = gather(store, run, w.t0, span_end)
             inp = rules.input_bound(w, run_host, ev, th)
             input_by_run[id(w)] = inp
-            for f in (inp, rules.periodic_stall(w, th), rules.host_overhead(w, ev, th), rules.gpu_memory(w, ev, th),
+            for f in (inp, rules.periodic_stall(w, th), rules.host_to_device(w, ev, th), rules.host_overhead(w, ev, th),
+                      rules.gpu_memory(w, ev, th),
                       rules.gpu_throttled(w, ev, th), rules.compute_bound(w, ev, th)):
                 if f is not None:
                     findings.append(f)

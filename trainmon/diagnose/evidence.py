@@ -41,6 +41,7 @@ class Evidence:
     gpu_mem_pct: float = NAN
     gpu_throttle_share: float = NAN
     gpu_throttle_bits: int = 0
+    gpu_pcie_rx_mb_s: float = NAN
     gpus: list[int] = field(default_factory=list)
 
     @property
@@ -92,6 +93,8 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
         mem = [mean(store.values_between(f"gpu.{g}.mem_used_mb", t0, t1)) / (store.latest(f"gpu.{g}.mem_total_mb")
                or NAN) * 100 for g in used]
         ev.gpu_mem_pct = max((x for x in mem if x == x), default=NAN)
+        ev.gpu_pcie_rx_mb_s = sum(x for g in used if (x := mean(store.values_between(f"gpu.{g}.pcie_rx_mb_s", t0, t1)))
+                                  == x) if used else NAN
         masks = [v for g in used for v in store.values_between(f"gpu.{g}.throttle", t0, t1) if v == v]
         if masks:
             limited = [int(v) & LIMITING_THROTTLE for v in masks]

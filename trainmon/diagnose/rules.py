@@ -35,6 +35,7 @@ class Thresholds:
     long_step_factor: float = 2.5  # a step this many times the median is a long step
     periodic_share: float = 0.15  # long steps take at least this share of the window
     host_overhead_gpu_util: float = 70.0
+    h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
     host_overhead_main_cpu: float = 85.0
     gpu_mem_pct: float = 95.0
     throttle_share: float = 0.5
@@ -263,6 +264,8 @@ def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.wait_fraction
     if _nan(f) or f > th.wait_warning or _nan(ev.gpu_util) or _nan(ev.main.cpu_pct):
         return None
+    if host_to_device(w, ev, th) is not None:
+        return None  # the copies explain the idle GPU better than generic host overhead
     if ev.gpu_util >= th.host_overhead_gpu_util or ev.main.cpu_pct < th.host_overhead_main_cpu:
         return None
     return Finding(
@@ -273,6 +276,24 @@ def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
          "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
          "press d on the main process to see where its time goes"],
         base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "main_cpu_pct": _r(ev.main.cpu_pct)},
+    )
+
+
+def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    """Pageable copies: the GPU idles while large host→device transfers run from unpinned memory."""
+    if _nan(ev.gpu_util) or _nan(ev.gpu_pcie_rx_mb_s) or w.loader.get("pin_memory"):
+        return None
+    if ev.gpu_util >= th.host_overhead_gpu_util or ev.gpu_pcie_rx_mb_s < th.h2d_pcie_rx_mb_s:
+        return None
+    main_busy = not _nan(ev.main.cpu_pct) and ev.main.cpu_pct >= th.host_overhead_main_cpu
+    return Finding(
+        "input.host_to_device", "critical" if ev.gpu_util < 40 else "warning",
+        f"the GPU is {ev.gpu_util:.0f}% busy while {ev.gpu_pcie_rx_mb_s:.0f} MB/s cross PCIe from pageable memory "
+        "(pin_memory=False): host→device copies are not overlapped with compute",
+        ["set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
+         "move less per step: uint8 images normalised on the GPU, not float32 from the host"],
+        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "pcie_rx_mb_s": _r(ev.gpu_pcie_rx_mb_s),
+                            "pin_memory": False, "main_cpu_busy": main_busy},
     )
 
 
