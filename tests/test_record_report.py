@@ -157,3 +157,30 @@ def test_bad_arguments_get_one_line_and_status_2(tmp_path):
     res = subprocess.run(trainmon_cmd("record", "-o", "/nonexistent-dir/x.tmrec", "--duration", "1"),
                          env=child_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "cannot write" in res.stderr
+
+
+@pytest.mark.parametrize("scenario_args", [("--workers", "0", "--cpu-ms", "1.5"),
+                                           ("--workers", "2", "--cpu-ms", "0.02", "--width", "1536", "--persistent")],
+                         ids=["main-process", "healthy"])
+def test_agentless_pyspy_estimate_agrees_with_the_agent(addr, tmp_path, scenario_args):
+    import subprocess as sp
+
+    from tests.conftest import PY, wait_for
+
+    rec = str(tmp_path / "p.tmrec")
+    train = sp.Popen([PY, "-m", "trainmon.demo.train", *scenario_args, "--seconds", "14", "--steps", "1000000"],
+                     env=child_env(TRAINMON_ADDR=addr), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
+    recorder = sp.Popen(trainmon_cmd("record", "-o", rec, "--listen", addr, "--pid", str(train.pid), "-q"),
+                        env=child_env(), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    try:
+        assert wait_for(lambda: os.path.exists(addr) or recorder.poll() is not None, 20)
+        assert recorder.poll() is None, recorder.communicate()
+        train.communicate(timeout=120)
+        assert train.returncode == 0
+        time.sleep(1.0)
+    finally:
+        stop(recorder)
+    (run,) = report_json(rec)["runs"]
+    assert run["pid"] == train.pid and run["pyspy_data_wait_share"] is not None
+    assert abs(run["pyspy_data_wait_share"] - run["data_wait_fraction"]) <= 0.1, run
