@@ -9,6 +9,7 @@ from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import quantile
+from trainmon.report.series import series_section
 from trainmon.report.system import agentless_section, process_figures, pyspy_wait_share, system_section
 from trainmon.store.run import Run
 from trainmon.store.store import Store
@@ -110,6 +111,7 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
         "timeline": [{"t": round(tc - first, 2), "code": c} for tc, c in tracker.changes],
         "system": system,
         "agentless": agentless,
+        "series": series_section(store),
         "thresholds": vars(th),
         "recording": dict(store.metadata),
     }

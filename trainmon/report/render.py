@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-FORMATS = ("text", "markdown", "json")
+FORMATS = ("text", "markdown", "json", "html", "chrome-trace")
 
 
 def _fmt(value: Any, suffix: str = "", digits: int = 1) -> str:
@@ -87,7 +87,15 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(report: dict, fmt: str) -> str:
+def render(report: dict, fmt: str, store=None) -> str:
+    if fmt == "html":
+        from trainmon.report.html import render_html
+
+        return render_html(report)
+    if fmt == "chrome-trace":
+        from trainmon.report.chrome_trace import render_chrome_trace
+
+        return render_chrome_trace(report, store)
     if fmt == "json":
         return json.dumps(report, indent=2, default=str) + "\n"
     if fmt == "markdown":

@@ -1,0 +1,76 @@
+"""Binned time series for reports: step time split into wait and compute, GPU, CPU, disk."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from trainmon.store.run import Run
+from trainmon.store.store import Store
+
+MAX_BINS = 600
+
+
+def _bins(first: float, last: float, interval: float) -> tuple[float, int]:
+    span = max(last - first, 1e-9)
+    n = max(1, min(MAX_BINS, math.ceil(span / interval)))
+    return span / n, n
+
+
+def _binned(times, values, first: float, width: float, n: int) -> list[float | None]:
+    sums = [0.0] * n
+    counts = [0] * n
+    for t, v in zip(times, values, strict=False):
+        if v != v:
+            continue
+        k = min(n - 1, max(0, int((t - first) / width)))
+        sums[k] += v
+        counts[k] += 1
+    return [round(s / c, 3) if c else None for s, c in zip(sums, counts, strict=True)]
+
+
+def _run_series(run: Run, first: float, width: float, n: int) -> dict[str, Any]:
+    st = run.steps
+    step_ms = [0.0] * n
+    wait_ms = [0.0] * n
+    steps = [0] * n
+    for k in range(len(st)):
+        b = min(n - 1, max(0, int((st.end[k] - first) / width)))
+        step_ms[b] += (st.end[k] - st.start[k]) * 1e3
+        wait_ms[b] += st.wait[k] * 1e3
+        steps[b] += 1
+    who = f"rank {run.rank}" if run.rank is not None else f"pid {run.pid}"
+    return {
+        "run": who,
+        "step_ms": [round(s / c, 3) if c else None for s, c in zip(step_ms, steps, strict=True)],
+        "wait_ms": [round(w / c, 3) if c else None for w, c in zip(wait_ms, steps, strict=True)],
+        "steps_per_s": [round(c / width, 2) for c in steps],
+        "checkpoints": [round(c0 - first, 3) for c0, _ in run.checkpoints][:1000],
+    }
+
+
+def series_section(store: Store, interval: float = 1.0) -> dict[str, Any]:
+    """``{"t0": 0, "dt": bin seconds, "runs": [...], "metrics": {name: [values]}}`` on one time axis."""
+    with store.lock:
+        if store.first_t is None:
+            return {"dt": 1.0, "bins": 0, "runs": [], "metrics": {}}
+        first, last = store.first_t, store.last_t or store.first_t
+        for run in store.runs.values():
+            if len(run.steps):
+                last = max(last, run.steps.end[-1])
+        width, n = _bins(first, last, interval)
+        names = ["cpu.busy", "cpu.iowait", "mem.used_pct"]
+        names += sorted(n_ for n_ in store.series if re.match(r"gpu\.\d+\.(util|util_min|mem_used_mb|power_w)$", n_))
+        disks = sorted({m.group(1) for n_ in store.series if (m := re.match(r"disk\.([^.]+)\.util_pct$", n_))})
+        busiest = sorted(disks, key=lambda d: -max((v for v in store.series[f"disk.{d}.util_pct"].values
+                                                    if v == v), default=0.0))[:4]
+        for d in busiest:
+            names += [f"disk.{d}.read_mb_s", f"disk.{d}.write_mb_s", f"disk.{d}.util_pct"]
+        metrics = {}
+        for name in names:
+            s = store.series.get(name)
+            if s is not None:
+                metrics[name] = _binned(s.times, s.values, first, width, n)
+        runs = [_run_series(r, first, width, n) for r in store.runs.values()]
+    return {"dt": round(width, 4), "bins": n, "runs": runs, "metrics": metrics}
