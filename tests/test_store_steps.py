@@ -129,3 +129,11 @@ def test_a_new_train_loader_takes_over_at_once():
     assert list(s.loader[:30]) == [1] * 30 and list(s.loader[30:]) == [2] * 30
     assert s.wait[30] == pytest.approx(0.001) and s.samples[30] == 16  # the first batch of the new loader
     assert run.eval_wait_s == pytest.approx(0.0)
+
+
+def test_saves_inside_one_checkpoint_are_merged():
+    run = _run()
+    # a framework's span (emitted last) around three torch.save calls, then a separate save later
+    _feed(run, (P.K_CKPT, 10 * MS, 12 * MS, 0), (P.K_CKPT, 13 * MS, 15 * MS, 0), (P.K_CKPT, 16 * MS, 30 * MS, 0),
+          (P.K_CKPT, 9 * MS, 31 * MS, 0), (P.K_CKPT, 500 * MS, 510 * MS, 0))
+    assert run.checkpoints == [(pytest.approx(0.009), pytest.approx(0.031)), (pytest.approx(0.5), pytest.approx(0.51))]

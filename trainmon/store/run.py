@@ -29,7 +29,10 @@ from trainmon.protocol import (
 
 NS = 1e-9
 WARMUP_STEPS = 5  # first steps of a run: compilation, cuDNN autotune, worker start
+MAX_LOADERS = 256  # per run; events of further loader ids count as loader 0 ("unknown")
+MAX_NAMES = 4096
 RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
+CKPT_MERGE_GAP_S = 0.005
 
 
 @dataclass
@@ -75,6 +78,11 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.end)
+
+    def clear(self) -> None:
+        for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm, self.loader):
+            del col[:]
+        self.total = 0
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""
@@ -154,17 +162,17 @@ class Run:
     def apply_info(self, info: dict[str, Any]) -> None:
         if isinstance(loader := info.get("loader"), dict):
             lid = _as_int(loader.get("id"))
-            if lid is not None:
+            if lid is not None and self._bounded(lid) == lid:
                 cfg = {k: v for k, v in loader.items() if k != "id"}
                 self._loader(lid).config = cfg
         if isinstance(workers := info.get("workers"), dict):
             lid = _as_int(workers.get("loader"))
             pids = workers.get("pids")
-            if lid is not None and isinstance(pids, list):
+            if lid is not None and self._bounded(lid) == lid and isinstance(pids, list):
                 self._loader(lid).worker_pids = [p for p in pids if isinstance(p, int)][:1024]
         if isinstance(name := info.get("name"), dict):
             ident = _as_int(name.get("id"))
-            if ident is not None:
+            if ident is not None and (ident in self.names or len(self.names) < MAX_NAMES):
                 self.names[ident] = str(name.get("name"))[:200]
         if isinstance(drops := info.get("drops"), int):
             self.dropped_records = max(self.dropped_records, drops)
@@ -172,6 +180,9 @@ class Run:
             self.device = device[:64]
         if isinstance(bye := info.get("bye"), str):
             self.ended = bye[:32]
+
+    def _bounded(self, lid: int) -> int:
+        return lid if lid in self.loaders or len(self.loaders) < MAX_LOADERS else 0
 
     def _loader(self, lid: int) -> LoaderInfo:
         info = self.loaders.get(lid)
@@ -203,7 +214,7 @@ class Run:
             elif kind == K_ITER_START:
                 self._on_iter_start(tag >> 8, t0, vals[i])
             elif kind == K_CKPT:
-                self.checkpoints.append((t0, t1))
+                self._add_checkpoint(t0, t1)
             elif kind == K_MARK:
                 self.marks.append((t0, self.names.get(tag >> 8, f"mark-{tag >> 8}")))
             elif kind == K_PHASE:
@@ -217,7 +228,17 @@ class Run:
         if n:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
 
+    def _add_checkpoint(self, t0: float, t1: float) -> None:
+        """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
+        spans that overlap or follow each other within CKPT_MERGE_GAP_S."""
+        cps = self.checkpoints
+        while cps and cps[-1][1] >= t0 - CKPT_MERGE_GAP_S and cps[-1][0] <= t1 + CKPT_MERGE_GAP_S:
+            c0, c1 = cps.pop()
+            t0, t1 = min(t0, c0), max(t1, c1)
+        cps.append((t0, t1))
+
     def _on_wait(self, lid: int, t0: float, t1: float) -> None:
+        lid = self._bounded(lid)
         info = self._loader(lid)
         info.batches += 1
         info.wait_s += t1 - t0
@@ -249,10 +270,18 @@ class Run:
 
     def _on_boundary(self, t: float, explicit: bool) -> None:
         if explicit:
+            if self.mode != "explicit" and self.steps.total:
+                # Explicit marks are authoritative: steps inferred before the first one are replaced.
+                self.steps.clear()
+                self._warm_until = WARMUP_STEPS
             self.mode = "explicit"
         elif self.mode == "explicit":
             return
         else:
+            if self.mode == "next" and self.steps.total:
+                # Gradient accumulation: next() pairs looked like steps until the first optimizer step.
+                self.steps.clear()
+                self._warm_until = WARMUP_STEPS
             self.mode = "opt"
             last = self._last_wait_loader
             if last is not None and last != self._train:
@@ -277,6 +306,7 @@ class Run:
             self._cur_start = None
 
     def _on_iter_start(self, lid: int, t: float, workers: int) -> None:
+        lid = self._bounded(lid)
         info = self._loader(lid)
         info.iterators += 1
         self.iter_starts.append((t, lid))
