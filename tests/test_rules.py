@@ -216,3 +216,28 @@ def test_host_to_device_copies_from_pageable_memory():
     assert codes(store, 10.0)[0] == "host.overhead"  # pinned already: the idle GPU is host overhead
     low_traffic = make_store(wait_ms=1, host=gpu | {"gpu.0.pcie_rx_mb_s": 50.0}, procs={10: {"cpu_pct": 95.0}})
     assert codes(low_traffic, 10.0)[0] == "host.overhead"
+
+
+def test_irregular_hiccups_are_not_a_periodic_stall():
+    store = make_store(wait_ms=1, steps=300)
+    run = store.runs[1]
+    for k in (30, 37, 120, 126, 250):  # contention spikes at irregular intervals
+        run.steps.end[k] += 0.4
+    for k in range(len(run.steps)):
+        if k and run.steps.start[k] < run.steps.end[k - 1]:
+            run.steps.start[k] = run.steps.end[k - 1]
+    assert "stall.periodic" not in codes(store, run.steps.end[-1])
+
+
+def test_long_steps_spent_waiting_on_data_are_input_not_periodic():
+    store = make_store(wait_ms=1, long_every=20, long_ms=600)
+    run = store.runs[1]
+    for k in range(len(run.steps)):
+        if run.steps.end[k] - run.steps.start[k] > 0.3:
+            run.steps.wait[k] = 0.55  # the long steps are data waits (an epoch restart, a slow shard)
+    assert "stall.periodic" not in codes(store, store.last_t)
+
+
+def test_block_reads_with_idle_workers_are_disk_io():
+    f = evaluate(make_store(wait_ms=25, procs=worker_figs(20, d=0.05, read=30.0, rchar=31.0)), 10.0)[0]
+    assert f.code == "input.io" and f.evidence["sub_cause"] == "disk"

@@ -28,12 +28,14 @@ class Thresholds:
     runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved
     io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
     disk_busy_pct: float = 80.0
+    disk_read_mb_s: float = 2.0  # workers' block-layer reads that, with idle CPU, mean disk-bound
     iowait_pct: float = 30.0
     remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O
     checkpoint_share: float = 0.10
     checkpoint_critical_share: float = 0.30
     long_step_factor: float = 2.5  # a step this many times the median is a long step
     periodic_share: float = 0.15  # long steps take at least this share of the window
+    periodic_irregularity: float = 1.0  # (p90 − p10) / median of the gaps between unexplained long steps
     host_overhead_gpu_util: float = 70.0
     h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
     host_overhead_main_cpu: float = 85.0
@@ -124,7 +126,10 @@ def _io_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, se
     read = ev.workers_sum("read_mb_s")
     rchar = ev.workers_sum("rchar_mb_s")
     cpu = ev.workers_mean("cpu_pct")
-    disk_bound = (not _nan(d_state) and d_state >= th.io_d_state) or (
+    # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
+    block_reads = (not _nan(read) and read >= th.disk_read_mb_s and (_nan(rchar) or read >= 0.5 * rchar)
+                   and not _nan(cpu) and cpu < th.worker_busy_pct)
+    disk_bound = block_reads or (not _nan(d_state) and d_state >= th.io_d_state) or (
         not _nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not _nan(read) and read > 0.5) or (
         not _nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
     if disk_bound:
@@ -231,7 +236,10 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     if w.steps < th.min_steps or _nan(w.step_p50_s):
         return None
     limit = w.step_p50_s * th.long_step_factor
-    long_steps = [(s, e) for s, e in w.step_spans if e - s > limit and not w.overlaps_checkpoint(s, e)]
+    # Long steps spent mostly waiting on data are an input problem; those overlapping a save are a
+    # checkpoint problem: neither is a periodic stall.
+    long_steps = [(s, e) for (s, e), wait in zip(w.step_spans, w.step_waits, strict=True)
+                  if e - s > limit and wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)]
     if len(long_steps) < 2:
         return None
     long_time = sum(e - s for s, e in long_steps)
@@ -242,7 +250,12 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     period = quantile(gaps, 0.5) if gaps else math.nan
     extra = long_time - len(long_steps) * w.step_p50_s
     names = sorted({p for p in w.phase_names_in(long_steps)})
-    what = f" during {', '.join(names)}" if names else (" (an eval loader ran)" if w.eval_in(long_steps) else "")
+    eval_ran = w.eval_in(long_steps)
+    if not names and not eval_ran and len(gaps) >= 2:
+        spread = (quantile(gaps, 0.9) - quantile(gaps, 0.1)) / period if period > 0 else math.inf
+        if spread > th.periodic_irregularity:
+            return None  # irregular hiccups (contention, noise), not a recurring stall
+    what = f" during {', '.join(names)}" if names else (" (an eval loader ran)" if eval_ran else "")
     ev = base_evidence(w) | {"long_steps": len(long_steps), "long_step_share": round(share, 4),
                              "period_s": _r(period, 2), "long_step_ms_p50": _r(
                                  quantile([e - s for s, e in long_steps], 0.5) * 1e3), "phases": names}

@@ -46,6 +46,7 @@ class RunWindow:
     exposed_steps: int = 0
     durations: list[float] = field(default_factory=list)
     step_spans: list[tuple[float, float]] = field(default_factory=list)
+    step_waits: list[float] = field(default_factory=list)
     checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -122,6 +123,7 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
         w.samples += steps.samples[k]
         w.durations.append(d)
         w.step_spans.append((steps.start[k], steps.end[k]))
+        w.step_waits.append(steps.wait[k])
         w.last_end = steps.end[k]
         x = steps.exposed[k]
         if x == x:
