@@ -1,0 +1,1 @@
+"""Exporters of the live monitor state (Prometheus)."""
