@@ -64,7 +64,11 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
     with store.lock:
         first = store.first_t if store.first_t is not None else 0.0
         last = store.last_t if store.last_t is not None else first
-        runs = sorted(store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.first_seen))
+        everything = sorted(store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30,
+                                                                 r.first_seen))
+        # Processes that attached but never trained (a launcher, a helper script) are not runs.
+        runs = [r for r in everything if r.steps.total or r.loaders]
+        idle = [{"pid": r.pid, "name": r.name} for r in everything if not (r.steps.total or r.loaders)]
         run_rows = [run_summary(r) | {"processes": process_figures(store, r),
                                       "pyspy_data_wait_share": pyspy_wait_share(store, r.pid)} for r in runs]
         agentless = agentless_section(store)
@@ -111,6 +115,7 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
         "timeline": [{"t": round(tc - first, 2), "code": c} for tc, c in tracker.changes],
         "system": system,
         "agentless": agentless,
+        "idle_processes": idle,
         "series": series_section(store),
         "thresholds": vars(th),
         "recording": dict(store.metadata),
