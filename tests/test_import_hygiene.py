@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +40,35 @@ def test_attach_does_not_import_torch():
                                     "trainmon.sources.disk", "trainmon.sources.procs", "trainmon.sources.pyspy",
                                     "trainmon.doctor", "trainmon.launch", "trainmon.store",
                                     "trainmon.diagnose", "trainmon.record", "trainmon.report", "trainmon.monitor",
-                                    "trainmon.cli"])
+                                    "trainmon.cli", "trainmon.view", "trainmon.replay"])
 def test_core_layers_never_import_textual(module):
     mods = _modules_after(f"import {module}")
     assert not {m for m in mods if m.split(".")[0] in ("textual",)}, module
+
+
+TUI_MODULES = sorted(f"trainmon.tui.{p.stem}" for p in (Path(__file__).parent.parent / "trainmon" / "tui").glob("*.py")
+                     if p.stem != "__init__")
+
+
+def test_the_tui_only_renders_what_the_headless_layer_hands_it():
+    """Importing every screen module pulls in no NVML, no psutil and no source or Monitor."""
+    mods = _modules_after("; ".join(f"import {m}" for m in ["trainmon.tui", *TUI_MODULES]))
+    assert {"trainmon.tui.app", "trainmon.view"} <= mods
+    banned = {m for m in mods if m.split(".")[0] in ("psutil", "pynvml", "torch")
+              or m.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))}
+    assert not banned, sorted(banned)
+
+
+@pytest.mark.parametrize("module", TUI_MODULES)
+def test_no_tui_module_names_nvml_psutil_sockets_or_sources(module):
+    """Statically, not even a lazy import inside a function (asyncio brings socket along at run time)."""
+    path = Path(__file__).parent.parent / (module.replace(".", "/") + ".py")
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    bad = {n for n in names if n.split(".")[0] in ("socket", "psutil", "pynvml", "torch")
+           or n.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))}
+    assert not bad, f"{module} imports {sorted(bad)}"

@@ -1,4 +1,8 @@
-"""Command line: ``trainmon [live] | demo | run | record | report``. Errors are one line, exit 2."""
+"""Command line: ``trainmon [live] | demo | run | record | report | replay | doctor``. Errors are one line, exit 2.
+
+The live, demo, run and replay commands open the screen (trainmon.tui) when stdin, stdout and stderr are a
+terminal, and print one status line per second otherwise (CI, pipes).
+"""
 
 from __future__ import annotations
 
@@ -75,7 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="summarise a recording")
     rep.add_argument("file")
     rep.add_argument("--format", "-f", default="text", choices=FORMATS)
+
+    rp = sub.add_parser("replay", help="a recording through the live screen (status lines when not a terminal)")
+    rp.add_argument("file")
+    rp.add_argument("--speed", default="1", metavar="X", help="playback speed (default 1: real time)")
     return p
+
+
+def _speed(value: str) -> float:
+    """Checked here rather than by argparse, so a bad value is one error line like every other."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise CliError(f"--speed: expected a factor such as 2 or 0.5, got {value!r}") from None
+    if not 0 < x <= 1000:
+        raise CliError(f"--speed: must be greater than 0 and at most 1000, got {value}")
+    return x
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handlers: dict[str | None, Callable[[argparse.Namespace], int]] = {
         None: cmd_live, "demo": cmd_demo, "run": cmd_run, "record": cmd_record, "report": cmd_report,
-        "doctor": cmd_doctor,
+        "doctor": cmd_doctor, "replay": cmd_replay,
     }
     try:
         return handlers[args.command](args)
@@ -149,6 +168,16 @@ def _print_status(snap) -> None:
         pass
 
 
+def use_tui() -> bool:
+    """The screen needs a terminal on stdin (keys), stdout and stderr (Textual draws on stderr)."""
+    if os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout, sys.stderr))
+    except (AttributeError, ValueError):
+        return False
+
+
 def _private_address() -> tuple[str, tempfile.TemporaryDirectory]:
     tmp = tempfile.TemporaryDirectory(prefix="trainmon-")
     os.chmod(tmp.name, 0o700)
@@ -160,6 +189,19 @@ def _private_address() -> tuple[str, tempfile.TemporaryDirectory]:
 
 def cmd_live(args: argparse.Namespace) -> int:
     monitor = _start_monitor(_listen(args), _interval(args), args.token, pids=_pids(args))
+    if use_tui():
+        from trainmon.tui.app import Job
+        from trainmon.tui.run import run_tui
+        from trainmon.view import LiveFeed
+
+        hint = (f"listening on {monitor.address}: trainmon.agent.attach() in the script, or "
+                f"TRAINMON_ADDR={monitor.address}")
+        job = Job(notice=lambda: None if monitor.store.runs or monitor.extra_pids else hint,
+                  running=lambda: False, confirm_quit=False)
+        try:
+            return run_tui(LiveFeed(monitor), job=job)
+        finally:
+            monitor.stop()
     print(f"trainmon {__version__}: listening on {monitor.address} — in training: trainmon.agent.attach() "
           f"(or TRAINMON_ADDR={monitor.address})", file=sys.stderr, flush=True)
     monitor.listeners.append(_print_status)
@@ -234,6 +276,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from trainmon.record import RecordingError, load_recording
+    from trainmon.replay import ReplayFeed, status_lines
+
+    speed = _speed(args.speed)
+    try:
+        store, warnings = load_recording(args.file)
+    except RecordingError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    for w in warnings:
+        print(f"trainmon: warning: {args.file}: {w}", file=sys.stderr)
+    feed = ReplayFeed(store, speed, name=os.path.basename(args.file))
+    if not feed.ticks:
+        raise CliError(f"{args.file}: the recording holds no samples to replay")
+    if use_tui():
+        from trainmon.tui.run import run_tui
+
+        feed.clock.play()
+        return run_tui(feed)
+    for line in status_lines(feed):
+        print(line, flush=True)
+    return 0
+
+
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         raise CliError("the demo trains a real PyTorch model: install torch first (pip install torch)")
@@ -264,12 +330,69 @@ def _run_child(cmd: list[str], env: dict[str, str], monitor, on_tick: bool) -> i
             signal.signal(s, h)
 
 
+def _stop_child(child: subprocess.Popen, gentle: bool) -> None:
+    """SIGINT first when the job deserves a chance to save (``trainmon run``), then SIGTERM, then SIGKILL."""
+    steps = ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0)) if gentle else ((signal.SIGTERM, 5.0),)
+    for sig, wait_s in steps:
+        try:
+            child.send_signal(sig)
+            child.wait(timeout=wait_s)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    child.kill()
+    child.wait()
+
+
+def _run_child_tui(cmd: list[str], env: dict[str, str], monitor, what: str, running_notice: str | None,
+                   confirm_quit: bool) -> tuple[int, str, bool]:
+    """Run CMD under the screen; its output goes to a log file (it would tear the screen).
+
+    Returns (CMD's exit status, the log's path, whether CMD was stopped because the user quit the screen).
+    """
+    from trainmon.tui.app import Job
+    from trainmon.tui.run import run_tui
+    from trainmon.view import LiveFeed
+
+    fd, log_path = tempfile.mkstemp(prefix="trainmon-", suffix=".log")
+    with os.fdopen(fd, "wb") as out:
+        try:
+            child = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            os.unlink(log_path)
+            raise CliError(f"command not found: {cmd[0]}", status=127) from None
+        except PermissionError:
+            os.unlink(log_path)
+            raise CliError(f"permission denied: {cmd[0]}", status=126) from None
+        monitor.track(child.pid, "child")
+
+        def notice() -> str | None:
+            rc = child.poll()
+            if rc is None:
+                return running_notice
+            return f"{what} exited with status {rc} · its output: {log_path} · q quits"
+
+        feed = LiveFeed(monitor)
+        stopped = False
+        try:
+            run_tui(feed, job=Job(notice, running=lambda: child.poll() is None, confirm_quit=confirm_quit))
+        finally:
+            feed.close()
+            if child.poll() is None:
+                stopped = True
+                _stop_child(child, gentle=confirm_quit)
+        return child.wait(), log_path, stopped
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from trainmon.demo.scenarios import SCENARIOS, command
     from trainmon.report import build_report, render
 
     _require_torch()
     scenario = SCENARIOS[args.scenario]
+    tui = use_tui()
     address, tmp = _private_address()
     with tmp:
         monitor = _start_monitor(address, _interval(args), None)
@@ -277,7 +400,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cmd = command(scenario, ["--seconds", str(args.seconds)] if args.seconds else None)
         env = dict(os.environ, TRAINMON_ADDR=address, TRAINMON_DEMO_NAME=f"demo:{scenario.name}")
         try:
-            status = _run_child(cmd, env, monitor, on_tick=True)
+            if tui:
+                status, log_path, stopped = _run_child_tui(
+                    cmd, env, monitor, "the demo training",
+                    f"demo {scenario.name}: {scenario.description} (expected: {scenario.expected})", False)
+                os.unlink(log_path)
+                if stopped:
+                    status = 0  # the user ended the demo: not a failure
+            else:
+                status = _run_child(cmd, env, monitor, on_tick=True)
             time.sleep(0.3)  # the agent's last batch arrives
         finally:
             monitor.stop()
@@ -303,17 +434,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             recorder = Recorder(args.record)
         except RecorderError as exc:
             raise CliError(str(exc)) from None
+    tui = not args.no_tui and use_tui()
+    log_path = None
     address, tmp = _private_address()
     with tmp:
         monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None)
         try:
             with agent_env(address) as env:
-                status = _run_child(cmd, env, monitor, on_tick=True)
+                if tui:
+                    status, log_path, _ = _run_child_tui(cmd, env, monitor, cmd[0], None, True)
+                else:
+                    status = _run_child(cmd, env, monitor, on_tick=True)
             time.sleep(0.3)
         finally:
             monitor.stop()
             if recorder is not None:
                 recorder.close()
+    if log_path is not None:
+        print(f"trainmon: {' '.join(cmd)} exited with status {status}; its output: {log_path}", file=sys.stderr)
     if recorder is not None and recorder.error:
         print(f"trainmon: error: {recorder.error}", file=sys.stderr)
     return status if status >= 0 else 128 - status
