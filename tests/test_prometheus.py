@@ -78,3 +78,30 @@ def test_grafana_dashboard_queries_only_exported_metrics():
                  "trainmon_steps_total", "trainmon_agent_dropped_records_total", "trainmon_verdict_info"}
     used = {m for panel in dash["panels"] for t in panel["targets"] for m in re.findall(r"trainmon_\w+", t["expr"])}
     assert used and used <= exported, used - exported
+
+
+def test_record_serves_metrics_from_the_cli(addr, tmp_path):
+    import socket as socket_mod
+
+    from tests.conftest import trainmon_cmd
+
+    with socket_mod.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'prometheus = "127.0.0.1:{port}"\n[thresholds]\nwait_warning = 0.07\n')
+    rec = subprocess.Popen(trainmon_cmd("--config", str(cfg), "record", "-o", str(tmp_path / "r.tmrec"), "--listen",
+                                        addr, "-q"), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        def scraped() -> dict | None:
+            try:
+                return _scrape("127.0.0.1", port)
+            except OSError:
+                return None
+
+        assert wait_for(lambda: scraped() is not None and "trainmon_cpu_busy_percent" in scraped(), 30)
+    finally:
+        rec.terminate()
+        _, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0 and f"127.0.0.1:{port}/metrics" in err

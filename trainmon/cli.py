@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", metavar="ADDR", default=None,
                    help="address agents connect to: a Unix socket path or HOST:PORT (default: $TRAINMON_ADDR or "
                         "a per-user socket)")
-    p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="refresh interval (default 1 s)")
+    p.add_argument("--interval", type=_positive, default=None, metavar="S", help="refresh interval (default 1 s)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="config file (default ~/.config/trainmon/config.toml)")
+    p.add_argument("--prometheus", metavar="HOST:PORT", default=None, help="serve Prometheus /metrics here")
     p.add_argument("--token", default=None, help="shared token required from agents on a non-loopback TCP address")
     p.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
                    help="watch a job started without the agent (py-spy sampling); repeatable")
@@ -71,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--listen", dest="sub_listen", metavar="ADDR", default=None)
     rec.add_argument("--interval", dest="sub_interval", type=_positive, default=None, metavar="S")
     rec.add_argument("--quiet", "-q", action="store_true", help="no status lines")
+    rec.add_argument("--prometheus", dest="sub_prometheus", metavar="HOST:PORT", default=None,
+                     help="serve Prometheus /metrics here while recording")
     rec.add_argument("--pid", dest="sub_pid", type=int, action="append", default=[], metavar="PID",
                      help="also watch this process without the agent (py-spy sampling)")
 
@@ -79,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="summarise a recording")
     rep.add_argument("file")
     rep.add_argument("--format", "-f", default="text", choices=FORMATS)
+
+    sv = sub.add_parser("serve", help="the live screen (or a replay) in a web browser, via textual-serve")
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--allow-remote", action="store_true",
+                    help="allow a non-loopback --host (anyone who can reach it sees your jobs: prefer an SSH tunnel)")
+    sv.add_argument("--replay", metavar="FILE", default=None, help="serve a recording instead of the live monitor")
 
     rp = sub.add_parser("replay", help="a recording through the live screen (status lines when not a terminal)")
     rp.add_argument("file")
@@ -101,9 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="trainmon: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
+    from trainmon.config import ConfigError, load
+
+    try:
+        args.settings = load(args.config)
+    except ConfigError as exc:
+        print(f"trainmon: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.settings.theme == "mono":
+        os.environ.setdefault("NO_COLOR", "1")
     handlers: dict[str | None, Callable[[argparse.Namespace], int]] = {
         None: cmd_live, "demo": cmd_demo, "run": cmd_run, "record": cmd_record, "report": cmd_report,
-        "doctor": cmd_doctor, "replay": cmd_replay,
+        "doctor": cmd_doctor, "replay": cmd_replay, "serve": cmd_serve,
     }
     try:
         return handlers[args.command](args)
@@ -120,18 +141,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _listen(args: argparse.Namespace) -> str | None:
-    return getattr(args, "sub_listen", None) or args.listen
+    return getattr(args, "sub_listen", None) or args.listen or args.settings.address
 
 
 def _interval(args: argparse.Namespace) -> float:
-    return getattr(args, "sub_interval", None) or args.interval
+    return getattr(args, "sub_interval", None) or args.interval or args.settings.interval
 
 
-def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None, pids=()):
+def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None, pids=(),
+                   args: argparse.Namespace | None = None):
     from trainmon.monitor import Monitor
     from trainmon.sources.agents import AddressError
 
-    monitor = Monitor(address, interval=interval, token=token, sinks=sinks)
+    settings = getattr(args, "settings", None)
+    monitor = Monitor(address, interval=interval, token=token, sinks=sinks,
+                      thresholds=settings.thresholds if settings is not None else None)
     for pid in pids:
         error = monitor.watch_pid(pid)
         if error:
@@ -141,6 +165,21 @@ def _start_monitor(address: str | None, interval: float, token: str | None, sink
         monitor.start()
     except AddressError as exc:
         raise CliError(str(exc)) from None
+    prometheus = None
+    if args is not None:
+        prometheus = getattr(args, "sub_prometheus", None) or args.prometheus or args.settings.prometheus
+    if prometheus:
+        try:
+            from trainmon.export.prometheus import serve
+        except ImportError:
+            monitor.stop()
+            raise CliError("--prometheus needs prometheus-client: pip install 'trainmon[prometheus]'") from None
+        try:
+            host, port = serve(monitor, prometheus)
+        except (ValueError, OSError) as exc:
+            monitor.stop()
+            raise CliError(f"cannot serve Prometheus metrics on {prometheus}: {exc}") from None
+        print(f"trainmon: Prometheus metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
     return monitor
 
 
@@ -170,6 +209,8 @@ def _print_status(snap) -> None:
 
 def use_tui() -> bool:
     """The screen needs a terminal on stdin (keys), stdout and stderr (Textual draws on stderr)."""
+    if os.environ.get("TEXTUAL_DRIVER", "").startswith("textual.drivers.web_driver"):
+        return True  # served to a browser by `trainmon serve`
     if os.environ.get("TERM") == "dumb":
         return False
     try:
@@ -188,7 +229,7 @@ def _private_address() -> tuple[str, tempfile.TemporaryDirectory]:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    monitor = _start_monitor(_listen(args), _interval(args), args.token, pids=_pids(args))
+    monitor = _start_monitor(_listen(args), _interval(args), args.token, pids=_pids(args), args=args)
     if use_tui():
         from trainmon.tui.app import Job
         from trainmon.tui.run import run_tui
@@ -221,7 +262,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     except RecorderError as exc:
         raise CliError(str(exc)) from None
     try:
-        monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder], pids=_pids(args))
+        monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder], pids=_pids(args),
+                                 args=args)
     except CliError:
         recorder.close()
         raise
@@ -259,6 +301,39 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if can_run else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import ipaddress
+    import shlex
+    import socket as socket_mod
+
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        raise CliError("trainmon serve needs textual-serve: pip install textual-serve") from None
+    try:
+        loopback = ipaddress.ip_address(socket_mod.gethostbyname(args.host)).is_loopback
+    except (OSError, ValueError):
+        raise CliError(f"cannot resolve --host {args.host}") from None
+    if not loopback and not args.allow_remote:
+        raise CliError(f"{args.host} is not a loopback address: pass --allow-remote, or better, tunnel over SSH "
+                       f"(ssh -L {args.port}:127.0.0.1:{args.port} HOST)")
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port must be 1-65535, got {args.port}")
+    command = [sys.executable, "-m", "trainmon"]
+    if args.config:
+        command += ["--config", args.config]
+    if args.replay:
+        if not os.path.isfile(args.replay):
+            raise CliError(f"no such file: {args.replay}")
+        command += ["replay", os.path.abspath(args.replay)]
+    else:
+        command += [*(["--listen", args.listen] if args.listen else []), "--interval", str(_interval(args))]
+    print(f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab)", file=sys.stderr,
+          flush=True)
+    Server(shlex.join(command), host=args.host, port=args.port, title="trainmon").serve()
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from trainmon.record import RecordingError, load_recording
     from trainmon.report import build_report, render
@@ -267,12 +342,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         store, warnings = load_recording(args.file)
     except RecordingError as exc:
         raise CliError(f"{args.file}: {exc}") from None
-    report = build_report(store)
+    report = build_report(store, args.settings.thresholds)
     if warnings:
         report["warnings"] = warnings
         for w in warnings:
             print(f"trainmon: warning: {args.file}: {w}", file=sys.stderr)
-    sys.stdout.write(render(report, args.format))
+    sys.stdout.write(render(report, args.format, store=store))
     return 0
 
 
@@ -395,7 +470,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     tui = use_tui()
     address, tmp = _private_address()
     with tmp:
-        monitor = _start_monitor(address, _interval(args), None)
+        monitor = _start_monitor(address, _interval(args), None, args=args)
         print(f"trainmon demo: scenario {scenario.name} — {scenario.description}", flush=True)
         cmd = command(scenario, ["--seconds", str(args.seconds)] if args.seconds else None)
         env = dict(os.environ, TRAINMON_ADDR=address, TRAINMON_DEMO_NAME=f"demo:{scenario.name}")
@@ -438,7 +513,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     log_path = None
     address, tmp = _private_address()
     with tmp:
-        monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None)
+        monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None,
+                                 args=args)
         try:
             with agent_env(address) as env:
                 if tui:
