@@ -14,6 +14,7 @@ import struct
 import sys
 import tempfile
 from array import array
+from typing import Any
 
 MAGIC = b"TRMN"
 VERSION = 1
@@ -23,6 +24,7 @@ PREAMBLE_SIZE = len(PREAMBLE)
 FRAME_HEADER = struct.Struct("<BI")
 MAX_FRAME = 4 * 1024 * 1024
 MAX_JSON_FRAME = 256 * 1024
+MAX_HELLO_FRAME = 64 * 1024  # HELLO and AUTH: all an unidentified peer may make the monitor buffer
 
 # Frame types.
 F_HELLO = 1  # JSON: who the training process is
@@ -30,6 +32,7 @@ F_EVENTS = 2  # packed int64 records
 F_INFO = 3  # JSON: loader registered, names, drop counts, goodbye
 F_AUTH = 4  # JSON: {"token": ...}, only on TCP listeners that require one
 FRAME_TYPES = frozenset({F_HELLO, F_EVENTS, F_INFO, F_AUTH})
+JSON_FRAME_TYPES = frozenset({F_HELLO, F_INFO, F_AUTH})
 
 # Event records: (kind | id << 8, t0_ns, t1_ns, value); times are CLOCK_MONOTONIC ns.
 RECORD_FIELDS = 4
@@ -70,6 +73,49 @@ def json_frame(kind: int, obj: dict) -> bytes:
     return frame(kind, json.dumps(obj, separators=(",", ":"), default=str).encode())
 
 
+_NOT_WAIT_OR_OPT = bytes(k for k in range(256) if k not in (K_WAIT, K_OPT))
+_WAIT_THEN_OPT = bytes((K_WAIT, K_OPT))
+_WAIT_FF = bytes(0xFF if k == K_WAIT else 0 for k in range(256))
+
+
+def step_marks(payload: bytes, last: int = 0) -> tuple[int, int, int, int, dict[int, int]]:
+    """Counts that mark steps in an encoded batch of records, at C speed (no per-record Python).
+
+    Returns (explicit steps, optimizer steps, optimizer-step groups, the kind of the last wait or
+    optimizer record, waits per loader id); a group is a run of optimizer steps after a batch
+    (several optimizers stepping for one batch are one step). ``last`` carries the previous batch's
+    last kind across batches. Kinds are compared by their byte, ids in full.
+    """
+    kinds = payload[0::RECORD_BYTES]  # the low byte of each little-endian tag is its kind
+    seq = kinds.translate(None, _NOT_WAIT_OR_OPT)
+    groups = seq.count(_WAIT_THEN_OPT) + (last == K_WAIT and seq[:1] == _WAIT_THEN_OPT[1:])
+    return kinds.count(K_STEP), kinds.count(K_OPT), groups, seq[-1] if seq else last, _waits(payload, kinds)
+
+
+def _waits(payload: bytes, kinds: bytes) -> dict[int, int]:
+    """``wait`` records per loader id. Loader ids below 256 (all but the rarest jobs) are read from
+    each tag's second byte with whole-batch byte operations; ids up to 2**24 (an agent numbers its
+    loaders from 1) take a slower exact path."""
+    total = kinds.count(K_WAIT)
+    if not total:
+        return {}
+    mask = int.from_bytes(kinds.translate(_WAIT_FF), "little")  # 0xFF under every wait record
+    if any(mask & int.from_bytes(payload[i::RECORD_BYTES], "little") for i in (2, 3)):
+        tags = decode_events(payload)[0::RECORD_FIELDS]
+        return {tag >> 8: tags.count(tag) for tag in set(tags) if tag & 0xFF == K_WAIT and tag >= 0}
+    ids = (mask & int.from_bytes(payload[1::RECORD_BYTES], "little")).to_bytes(len(kinds), "little")
+    ids = ids.translate(None, b"\0")  # the ids of waits of loaders other than 0
+    waits: dict[int, int] = {}
+    while ids:  # once per distinct loader in the batch
+        lid = ids[0]
+        waits[lid] = ids.count(lid)
+        total -= waits[lid]
+        ids = ids.translate(None, bytes((lid,)))
+    if total:
+        waits[0] = total
+    return waits
+
+
 def events_payload(records: array) -> bytes:
     """Encode an ``array('q')`` of flat records; one C call, no per-record objects."""
     if _BIG_ENDIAN:
@@ -93,7 +139,7 @@ def decode_json(payload: bytes | memoryview) -> dict:
         raise ProtocolError(f"JSON frame of {len(payload)} bytes exceeds {MAX_JSON_FRAME}")
     try:
         obj = json.loads(bytes(payload).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested arrays
         raise ProtocolError(f"malformed JSON frame: {exc.__class__.__name__}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON frame is not an object")
@@ -103,13 +149,17 @@ def decode_json(payload: bytes | memoryview) -> dict:
 class FrameReader:
     """Incremental parser: feed bytes, get complete ``(type, payload)`` frames.
 
-    Buffers at most one frame (bounded by MAX_FRAME); anything malformed raises ProtocolError.
+    Checks each frame header before buffering its payload: an unknown type, a frame over its
+    type's limit, or anything but AUTH/HELLO before the HELLO raises ProtocolError. So a peer that
+    has not said who it is can make the monitor hold at most one MAX_HELLO_FRAME, and a known one
+    at most one ``max_frame``.
     """
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()
         self._max = max_frame
         self.preamble_seen = False
+        self.hello_seen = False
 
     def feed(self, data: bytes) -> list[tuple[int, memoryview]]:
         self._buf += data
@@ -131,14 +181,13 @@ class FrameReader:
         try:
             while len(view) - pos >= FRAME_HEADER.size:
                 kind, length = FRAME_HEADER.unpack_from(view, pos)
-                if kind not in FRAME_TYPES:
-                    raise ProtocolError(f"unknown frame type {kind}")
-                if length > self._max:
-                    raise ProtocolError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
+                self._check_header(kind, length)
                 end = pos + FRAME_HEADER.size + length
                 if end > len(view):
                     break
                 out.append((kind, bytes(view[pos + FRAME_HEADER.size : end])))
+                if kind == F_HELLO:
+                    self.hello_seen = True
                 pos = end
         finally:
             view.release()
@@ -146,9 +195,142 @@ class FrameReader:
             del self._buf[:pos]
         return out
 
+    def _check_header(self, kind: int, length: int) -> None:
+        if kind not in FRAME_TYPES:
+            raise ProtocolError(f"unknown frame type {kind}")
+        limit = self._max
+        if kind in JSON_FRAME_TYPES:
+            limit = min(limit, MAX_JSON_FRAME if self.hello_seen else MAX_HELLO_FRAME)
+        if length > limit:
+            raise ProtocolError(f"frame of {length} bytes exceeds the {limit}-byte limit")
+        if not self.hello_seen and kind not in (F_HELLO, F_AUTH):
+            raise ProtocolError("data before hello")
+        if self.hello_seen and kind == F_HELLO:
+            raise ProtocolError("second hello on one connection")
+
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+
+# ---------------------------------------------------------------- validation
+
+MAX_ARGV = 64
+MAX_ARG_CHARS = 1000
+MAX_ARGV_CHARS = 16 * 1024
+MAX_LOADER_ID = 4096
+MAX_NAMES = 4096
+MAX_LIST = 1024
+_HELLO_STR = ("host", "session", "name", "torch", "python", "trainmon", "device", "peer")
+_HELLO_INT = ("ppid", "rank", "local_rank", "world_size", "connection", "sent_records", "dropped_records",
+              "mono_ns", "protocol")
+_LOADER_FIELDS: dict[str, type] = {
+    "batch_size": int, "num_workers": int, "pin_memory": bool, "prefetch_factor": int,
+    "persistent_workers": bool, "drop_last": bool, "dataset": str, "dataset_len": int,
+    "sampler": str, "multiprocessing_context": str, "attached_late": bool,
+}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: object) -> int:
+    return value if _is_int(value) and 0 <= value < 1 << 62 else 0  # type: ignore[return-value]
+
+
+def bounded_argv(argv: list[str]) -> list[str]:
+    """At most MAX_ARGV arguments of MAX_ARG_CHARS, MAX_ARGV_CHARS in all: a HELLO always fits its frame."""
+    out: list[str] = []
+    total = 0
+    for arg in argv[:MAX_ARGV]:
+        arg = str(arg)[:MAX_ARG_CHARS]
+        total += len(arg)
+        if total > MAX_ARGV_CHARS:
+            out.append("...")
+            break
+        out.append(arg)
+    return out
+
+
+def clean_counts(counts: object) -> dict[str, Any]:
+    """The agent's cumulative record counts (see docs/protocol.md, "Step continuity")."""
+    if not isinstance(counts, dict):
+        return {"step": 0, "opt": 0, "groups": 0, "last": 0, "wait": {}}
+    waits: dict[str, int] = {}
+    raw = counts.get("wait")
+    if isinstance(raw, dict):
+        for key, value in list(raw.items())[:MAX_LIST]:
+            if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 6 and \
+                    int(key) < MAX_LOADER_ID and _count(value):
+                waits[str(int(key))] = _count(value)
+    last = counts.get("last")
+    return {"step": _count(counts.get("step")), "opt": _count(counts.get("opt")),
+            "groups": _count(counts.get("groups")), "last": last if last in (K_WAIT, K_OPT) else 0, "wait": waits}
+
+
+def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
+    """Keep a hello's fields to their expected types and sizes; raises ProtocolError without a pid."""
+    pid = hello.get("pid")
+    if not _is_int(pid) or not 0 < pid < 1 << 31:
+        raise ProtocolError("hello without a valid pid")
+    clean: dict[str, Any] = {"pid": pid}
+    for key in _HELLO_STR:
+        value = hello.get(key)
+        clean[key] = str(value)[:200] if value is not None else None
+    clean["host"] = clean["host"] or "?"
+    clean["session"] = clean["session"] or str(pid)
+    for key in _HELLO_INT:
+        value = hello.get(key)
+        clean[key] = value if _is_int(value) and abs(value) < 1 << 63 else None
+    wall = hello.get("wall")
+    clean["wall"] = float(wall) if isinstance(wall, float) or (_is_int(wall) and abs(wall) < 1 << 63) else None
+    argv = hello.get("argv")
+    clean["argv"] = bounded_argv(argv) if isinstance(argv, list) else []
+    job = hello.get("job")
+    clean["job"] = ({str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]}
+                    if isinstance(job, dict) else {})
+    clean["counts"] = clean_counts(hello.get("counts"))
+    return clean
+
+
+def _typed(value: object, kind: type) -> Any:
+    """``value`` if it has the expected type (ints: non-negative, < 2**40), else None."""
+    if kind is int:
+        return value if _is_int(value) and 0 <= value < 1 << 40 else None  # type: ignore[operator]
+    if isinstance(value, kind):
+        return value[:200] if isinstance(value, str) else value
+    return None
+
+
+def _loader_id(value: object) -> int | None:
+    return value if _is_int(value) and 0 <= value < MAX_LOADER_ID else None  # type: ignore[return-value]
+
+
+def clean_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The known INFO keys with their expected types; everything else dropped (see docs/protocol.md)."""
+    clean: dict[str, Any] = {}
+    loader = info.get("loader")
+    if isinstance(loader, dict) and (lid := _loader_id(loader.get("id"))) is not None:
+        cfg: dict[str, Any] = {"id": lid}
+        for key, kind in _LOADER_FIELDS.items():
+            if key in loader:
+                cfg[key] = _typed(loader[key], kind)
+        clean["loader"] = cfg
+    workers = info.get("workers")
+    if isinstance(workers, dict) and (lid := _loader_id(workers.get("loader"))) is not None:
+        pids = workers.get("pids")
+        pids = [p for p in pids[:MAX_LIST] if _is_int(p) and 0 < p < 1 << 31] if isinstance(pids, list) else []
+        clean["workers"] = {"loader": lid, "pids": pids}
+    name = info.get("name")
+    if isinstance(name, dict) and _is_int(ident := name.get("id")) and 0 <= ident < MAX_NAMES:
+        clean["name"] = {"id": ident, "name": str(name.get("name"))[:200]}
+    if _count(drops := info.get("drops")):
+        clean["drops"] = drops
+    for key, size in (("device", 64), ("bye", 32)):
+        if isinstance(value := info.get(key), str):
+            clean[key] = value[:size]
+    return clean
 
 
 # ---------------------------------------------------------------- addresses

@@ -66,7 +66,7 @@ def _env_int(name: str) -> int | None:
 
 def _hello(name: str | None, session: str) -> dict[str, Any]:
     torch = sys.modules.get("torch")
-    argv = redact_argv([sys.executable, *sys.argv])
+    argv = protocol.bounded_argv(redact_argv([sys.executable, *sys.argv]))
     rank = _env_int("RANK")
     if rank is None:
         rank = _env_int("SLURM_PROCID")
@@ -75,7 +75,7 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
         "ppid": os.getppid(),
         "host": socket.gethostname(),
         "session": session,
-        "name": name or os.path.basename(sys.argv[0] or "python") or "python",
+        "name": str(name or os.path.basename(sys.argv[0] or "python") or "python")[:200],
         "argv": argv,
         "rank": rank,
         "local_rank": _env_int("LOCAL_RANK"),
@@ -195,8 +195,9 @@ def report_device() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child (e.g. a DataLoader worker) starts inert: no sender, no patches, no buffer."""
-    global _agent
+    global _agent, _lock
     agent, _agent = _agent, None
+    _lock = threading.Lock()  # another thread may have held it at the fork
     _hot.reset_buffer()
     if agent is not None:
         try:
@@ -210,7 +211,7 @@ def _at_exit() -> None:
     if agent is not None:
         try:
             agent.sender.stop(reason="exit")
-        except Exception:
+        except BaseException:  # a second Ctrl-C during the final flush: exit quietly all the same
             pass
 
 

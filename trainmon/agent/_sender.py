@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -30,6 +31,46 @@ def debug(msg: str) -> None:
             pass
 
 
+class Counts:
+    """Cumulative counts of step-defining records (see docs/protocol.md, "Step continuity")."""
+
+    __slots__ = ("groups", "last", "opt", "step", "wait")
+
+    def __init__(self, step: int = 0, opt: int = 0, groups: int = 0, last: int = 0,
+                 wait: dict[int, int] | None = None) -> None:
+        self.step = step
+        self.opt = opt
+        self.groups = groups
+        self.last = last
+        self.wait = wait if wait is not None else {}
+
+    @classmethod
+    def of(cls, payload: bytes, last: int = 0) -> Counts:
+        """Counts of one encoded batch (see ``protocol.step_marks``); ``last`` is the previous batch's."""
+        step, opt, groups, last, waits = P.step_marks(payload, last)
+        return cls(step, opt, groups, last, waits)
+
+    def add(self, other: Counts) -> None:
+        self.step += other.step
+        self.opt += other.opt
+        self.groups += other.groups
+        self.last = other.last or self.last
+        for lid, n in other.wait.items():
+            self.wait[lid] = self.wait.get(lid, 0) + n
+
+    def as_json(self) -> dict:
+        return {"step": self.step, "opt": self.opt, "groups": self.groups, "last": self.last,
+                "wait": {str(k): v for k, v in self.wait.items()}}
+
+
+def _control_key(msg: dict) -> tuple:
+    """Control messages are re-sent on each connection, only the latest per key (bounded)."""
+    for key, field in (("loader", "id"), ("workers", "loader"), ("name", "id")):
+        if isinstance(body := msg.get(key), dict):
+            return key, body.get(field)
+    return tuple(msg)
+
+
 class Sender:
     """Owns the connection. Only this thread (or the exit flush, after it stopped) touches it."""
 
@@ -42,14 +83,18 @@ class Sender:
         self.dropped_records = 0
         self.sent_records = 0
         self.connections = 0
+        self.refused = ""  # why the last monitor was refused (another user's socket), for debugging
         self._reported_drops = 0
-        self._pending: deque[tuple[bytes, int]] = deque()  # (framed events, record count)
+        self._pending: deque[tuple[bytes, int, Counts]] = deque()  # (framed events, records, their counts)
         self._pending_bytes = 0
-        self._control: list[dict] = []  # every control message, re-sent on each new connection
-        self._control_sent = 0
+        self._handed = Counts()  # records that left the queue: sent, or dropped for good
+        self._collected_last = 0  # kind of the last wait/opt record collected (groups span batches)
+        self._control: dict[tuple, dict] = {}  # latest control message per key, re-sent on reconnect
+        self._outbox: list[dict] = []  # control messages not yet written on this connection
+        self._control_lock = threading.Lock()  # held for list/dict operations only
         self._sock: socket.socket | None = None
         self._out = bytearray()
-        self._out_records = 0
+        self._out_batch: tuple[int, Counts] | None = None  # the events frame in _out
         self._next_attempt = 0.0
         self._backoff = BACKOFF_MIN_S
         self._stop = threading.Event()
@@ -85,11 +130,14 @@ class Sender:
             self._close()
 
     def add_control(self, msg: dict) -> None:
-        self._control.append(msg)
+        with self._control_lock:
+            self._control[_control_key(msg)] = msg
+            if self._sock is not None:
+                self._outbox.append(msg)
         self._wake.set()
 
     def _control_pending(self) -> bool:
-        return self._control_sent < len(self._control)
+        return bool(self._outbox) or self.dropped_records != self._reported_drops
 
     # ------------------------------------------------------------ loop
 
@@ -112,9 +160,6 @@ class Sender:
             self._connect()
         if self._sock is not None:
             self._write()
-        if self.dropped_records != self._reported_drops and self._sock is not None:
-            self._reported_drops = self.dropped_records
-            self.add_control({"drops": self.dropped_records})
 
     def _collect(self) -> None:
         if not _hot.pending_records():
@@ -124,38 +169,36 @@ class Sender:
         usable = len(records) - len(records) % P.RECORD_FIELDS
         for start in range(0, usable, _RECORDS_PER_FRAME * P.RECORD_FIELDS):
             chunk = records[start : min(usable, start + _RECORDS_PER_FRAME * P.RECORD_FIELDS)]
-            data = P.frame(P.F_EVENTS, P.events_payload(chunk))
-            self._pending.append((data, len(chunk) // P.RECORD_FIELDS))
+            payload = P.events_payload(chunk)
+            data = P.frame(P.F_EVENTS, payload)
+            counts = Counts.of(payload, self._collected_last)
+            self._collected_last = counts.last
+            self._pending.append((data, len(chunk) // P.RECORD_FIELDS, counts))
             self._pending_bytes += len(data)
         while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
-            data, n = self._pending.popleft()
+            data, n, counts = self._pending.popleft()
             self._pending_bytes -= len(data)
+            self._hand_off(n, counts, sent=False)
+
+    def _hand_off(self, n: int, counts: Counts, sent: bool) -> None:
+        if sent:
+            self.sent_records += n
+        else:
             self.dropped_records += n
+        self._handed.add(counts)
 
     # ------------------------------------------------------------ connection
 
     def _connect(self) -> None:
-        tcp = P.parse_tcp(self.address)
-        try:
-            if tcp is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(0.5)
-                sock.connect(self.address)
-            else:
-                sock = socket.create_connection(tcp, timeout=1.0)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setblocking(False)
-        except OSError as exc:
+        sock = self._open()
+        if sock is None:
             self._next_attempt = time.monotonic() + self._backoff
             self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
-            if self.connections == 0:
-                debug(f"no monitor at {self.address} ({exc.strerror or exc}); retrying in background")
             return
-        self._sock = sock
         self._backoff = BACKOFF_MIN_S
         self.connections += 1
         hello = dict(self.hello, connection=self.connections, sent_records=self.sent_records,
-                     dropped_records=self.dropped_records)
+                     dropped_records=self.dropped_records, counts=self._handed.as_json())
         if self.hello_extra is not None:
             try:
                 hello.update(self.hello_extra())
@@ -166,39 +209,85 @@ class Sender:
             out += P.json_frame(P.F_AUTH, {"token": self.token})
         out += P.json_frame(P.F_HELLO, hello)
         self._out = out
-        self._out_records = 0
-        self._control_sent = 0
+        self._out_batch = None
+        self._reported_drops = self.dropped_records  # the hello carries them
+        with self._control_lock:
+            self._sock = sock
+            self._outbox = list(self._control.values())
         debug(f"connected to {self.address}")
 
+    def _open(self) -> socket.socket | None:
+        tcp = P.parse_tcp(self.address)
+        sock = None
+        try:
+            if tcp is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(0.5)
+                sock.connect(self.address)
+                if not self._trusted_server(sock):
+                    sock.close()
+                    return None
+            else:
+                sock = socket.create_connection(tcp, timeout=1.0)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            return sock
+        except OSError as exc:
+            if sock is not None:
+                sock.close()
+            if self.connections == 0:
+                debug(f"no monitor at {self.address} ({exc.strerror or exc}); retrying in background")
+            return None
+
+    def _trusted_server(self, sock: socket.socket) -> bool:
+        """The listening process must be this user (or root): never report to another user's socket."""
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except (OSError, AttributeError):
+            return True  # no SO_PEERCRED on this platform: the 0700 directory is the protection
+        if uid in (os.getuid(), 0):
+            return True
+        self.refused = f"the socket {self.address} belongs to a monitor of uid {uid}"
+        debug(f"not reporting: {self.refused}")
+        return False
+
     def _close(self) -> None:
-        if self._sock is not None:
+        with self._control_lock:
+            sock, self._sock = self._sock, None
+            self._outbox = []
+        if sock is not None:
             try:
-                self._sock.close()
+                sock.close()
             except OSError:
                 pass
-        self._sock = None
-        if self._out_records:
-            self.dropped_records += self._out_records
+        if self._out_batch is not None:  # fully written (nothing left in _out), or cut short and lost
+            self._hand_off(*self._out_batch, sent=not self._out)
         self._out = bytearray()
-        self._out_records = 0
+        self._out_batch = None
 
     def _fill(self) -> None:
-        while self._control_pending():
-            self._out += P.json_frame(P.F_INFO, self._control[self._control_sent])
-            self._control_sent += 1
+        with self._control_lock:
+            outbox, self._outbox = self._outbox, []
+        for msg in outbox:
+            self._out += P.json_frame(P.F_INFO, msg)
+        if self.dropped_records != self._reported_drops:
+            self._reported_drops = self.dropped_records
+            self._out += P.json_frame(P.F_INFO, {"drops": self.dropped_records})
         if not self._out and self._pending:
-            data, n = self._pending.popleft()
+            data, n, counts = self._pending.popleft()
             self._pending_bytes -= len(data)
             self._out += data
-            self._out_records = n
+            self._out_batch = (n, counts)
 
     def _write(self) -> bool:
         """Send what the socket takes without blocking; False when it took nothing."""
         progressed = False
         while self._sock is not None:
             if not self._out:
-                self.sent_records += self._out_records
-                self._out_records = 0
+                if self._out_batch is not None:
+                    self._hand_off(*self._out_batch, sent=True)
+                    self._out_batch = None
                 self._fill()
                 if not self._out:
                     return True

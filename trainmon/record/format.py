@@ -11,6 +11,7 @@ reader stops cleanly at the first damaged chunk. See docs/recording.md.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
 from array import array
@@ -104,11 +105,13 @@ def iter_chunks(data: bytes, warnings: list[str]) -> Iterator[bytes]:
             warnings.append(f"recording corrupt in chunk {index} (checksum); read up to the damage")
             return
         try:
-            raw = zlib.decompress(comp, bufsize=max(raw_len, 1))
+            # Never inflate past the declared length: a crafted chunk cannot become a memory bomb.
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(comp, raw_len + 1)
         except zlib.error:
             warnings.append(f"recording corrupt in chunk {index} (compression); read up to the damage")
             return
-        if len(raw) != raw_len:
+        if len(raw) != raw_len or not inflater.eof:
             warnings.append(f"recording corrupt in chunk {index} (length); read up to the damage")
             return
         yield raw
@@ -144,7 +147,7 @@ def replay_into(data: bytes, sink: Ingest, warnings: list[str]) -> int:
                 break
             try:
                 _dispatch(kind, body, sink)
-            except (ValueError, struct.error, P.ProtocolError, UnicodeDecodeError) as exc:
+            except (ValueError, struct.error, P.ProtocolError, ArithmeticError, RecursionError) as exc:
                 if len(warnings) < 20:
                     warnings.append(f"skipped a damaged record (type {kind}): {exc}")
                 continue
@@ -153,31 +156,64 @@ def replay_into(data: bytes, sink: Ingest, warnings: list[str]) -> int:
 
 
 def _load(body: bytes) -> Any:
-    obj = json.loads(body.decode("utf-8"))
+    obj = json.loads(body.decode("utf-8"))  # UnicodeDecodeError and JSONDecodeError are ValueErrors
     if not isinstance(obj, dict):
         raise ValueError("record body is not an object")
     return obj
 
 
+def _clean_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The monitor's own facts (version, host, clocks, interval, GPUs): JSON scalars, and a list of GPUs."""
+    clean: dict[str, Any] = {}
+    for key, value in list(meta.items())[:64]:
+        if key == "gpus":
+            if isinstance(value, list):
+                clean[key] = [g for g in value[:64] if isinstance(g, dict)]
+        elif value is None or isinstance(value, (str, int, float, bool)):
+            clean[str(key)[:64]] = value[:1000] if isinstance(value, str) else value
+    return clean
+
+
+def _run_t(body: bytes) -> tuple[int, float]:
+    run_id, t = RUN_T.unpack_from(body)
+    return run_id, _finite(t)
+
+
+def _t(body: bytes) -> float:
+    return _finite(T_ONLY.unpack_from(body)[0])
+
+
+def _finite(t: float) -> float:
+    if not math.isfinite(t):
+        raise ValueError("a timestamp that is not a finite number")
+    return t
+
+
+def _sample_value(value: float) -> float:
+    return value if math.isfinite(value) else math.nan  # nan: "not available", as the sources write it
+
+
 def _dispatch(kind: int, body: bytes, sink: Ingest) -> None:
+    # Everything is cleaned as the live server cleans it: a damaged or crafted file gets no further
+    # into the monitor than the wire would.
     if kind == R_EVENTS:
-        run_id, t = RUN_T.unpack_from(body)
+        run_id, t = _run_t(body)
         sink.events(run_id, t, P.decode_events(body[RUN_T.size :]))
     elif kind == R_SAMPLE:
-        (t,) = T_ONLY.unpack_from(body)
+        t = _t(body)
         values = _load(body[T_ONLY.size :])
-        sink.sample(t, {str(k): float(v) for k, v in values.items() if isinstance(v, (int, float))})
+        sink.sample(t, {str(k)[:200]: _sample_value(float(v)) for k, v in values.items()
+                        if isinstance(v, (int, float))})
     elif kind == R_HELLO:
-        run_id, t = RUN_T.unpack_from(body)
-        sink.hello(run_id, t, _load(body[RUN_T.size :]))
+        run_id, t = _run_t(body)
+        sink.hello(run_id, t, P.clean_hello(_load(body[RUN_T.size :])))
     elif kind == R_INFO:
-        run_id, t = RUN_T.unpack_from(body)
-        sink.info(run_id, t, _load(body[RUN_T.size :]))
+        run_id, t = _run_t(body)
+        sink.info(run_id, t, P.clean_info(_load(body[RUN_T.size :])))
     elif kind == R_CLOSED:
-        run_id, t = RUN_T.unpack_from(body)
-        sink.closed(run_id, t, body[RUN_T.size :].decode("utf-8", "replace"))
+        run_id, t = _run_t(body)
+        sink.closed(run_id, t, body[RUN_T.size :].decode("utf-8", "replace")[:200])
     elif kind == R_META:
-        (t,) = T_ONLY.unpack_from(body)
-        sink.meta(t, _load(body[T_ONLY.size :]))
+        sink.meta(_t(body), _clean_meta(_load(body[T_ONLY.size :])))
     else:
         raise ValueError(f"unknown record type {kind}")

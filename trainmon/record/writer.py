@@ -28,12 +28,17 @@ class Recorder:
         self.error: str | None = None
         self.bytes_written = 0
         self._buf = bytearray()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _buf and error
+        self._io_lock = threading.Lock()  # one chunk written at a time
         self._stop = threading.Event()
         try:
             self._fh = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise RecorderError(f"cannot write {path}: {exc.strerror or exc}") from None
+        try:
             self._write_all(FILE_HEADER)
         except OSError as exc:
+            self._fh.close()
             raise RecorderError(f"cannot write {path}: {exc.strerror or exc}") from None
         self.bytes_written = len(FILE_HEADER)
         self.meta(time.monotonic(), {"trainmon": __version__, "host": socket.gethostname(),
@@ -69,24 +74,31 @@ class Recorder:
     # ------------------------------------------------------------ I/O
 
     def flush(self) -> None:
-        with self._lock:
-            if not self._buf or self.error is not None:
-                return
-            raw, self._buf = bytes(self._buf), bytearray()
+        # Compression and the write happen outside ``_lock``: a slow disk never stalls ingestion.
+        with self._io_lock:
+            with self._lock:
+                if not self._buf or self.error is not None:
+                    return
+                raw, self._buf = bytes(self._buf), bytearray()
             chunk = encode_chunk(raw)
             try:
                 self._write_all(chunk)
                 self.bytes_written += len(chunk)
             except OSError as exc:
-                if exc.errno == errno.ENOSPC:
-                    self.error = f"the disk holding {self.path} is full; recording stopped"
-                else:
-                    self.error = f"cannot write {self.path}: {exc.strerror or exc}; recording stopped"
-                # Drop the partial chunk so the file stays readable up to the last full one.
-                try:
-                    self._fh.truncate(self.bytes_written)
-                except OSError:
-                    pass
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        with self._lock:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                self.error = f"the disk holding {self.path} is full; recording stopped"
+            else:
+                self.error = f"cannot write {self.path}: {exc.strerror or exc}; recording stopped"
+            self._buf = bytearray()
+        # Drop the partial chunk so the file stays readable up to the last full one.
+        try:
+            self._fh.truncate(self.bytes_written)
+        except OSError:
+            pass
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

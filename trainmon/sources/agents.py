@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import resource
 import selectors
 import socket
 import stat
@@ -22,10 +23,10 @@ from trainmon.store.store import Ingest
 log = logging.getLogger("trainmon.agents")
 
 MAX_CONNECTIONS = 1024
-HELLO_TIMEOUT_S = 10.0
+HELLO_TIMEOUT_S = 10.0  # TRAINMON_HELLO_TIMEOUT overrides it (tests use a short one)
 RECV_BYTES = 256 * 1024
-MAX_ARGV = 64
-MAX_ARG_CHARS = 1000
+MAX_RUN_IDS = 65536  # (host, pid, session) → run id, oldest forgotten first
+EXPIRE_EVERY_S = 0.5
 
 
 class AddressError(Exception):
@@ -45,11 +46,14 @@ class _Conn:
 
 class AgentServer:
     def __init__(self, sink: Ingest, address: str | None = None, *, token: str | None = None,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, hello_timeout: float | None = None) -> None:
         self.sink = sink
         self.address = P.resolve_address(address)
         self.token = token if token is not None else os.environ.get("TRAINMON_TOKEN")
         self.clock = clock
+        self.hello_timeout = hello_timeout if hello_timeout is not None else _env_seconds(
+            "TRAINMON_HELLO_TIMEOUT", HELLO_TIMEOUT_S)
+        self._next_expiry = 0.0
         self.rejected = 0
         self.protocol_errors = 0
         self._sel = selectors.DefaultSelector()
@@ -59,6 +63,8 @@ class AgentServer:
         self._next_run = 1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.max_connections = _max_connections()
+        self._accept_paused_until: float | None = None
         self._wakeup_r, self._wakeup_w = socket.socketpair()
         self._unix_path: str | None = None
         self._require_token = False
@@ -186,6 +192,19 @@ class AgentServer:
                 else:
                     self._read(key.data)
             self._expire_silent()
+            self._resume_accepting()
+
+    def _pause_accepting(self) -> None:
+        """Out of file descriptors: a readable listener would spin the loop, so stop watching it a while."""
+        if self._accept_paused_until is None:
+            log.warning("out of file descriptors with %d connections; not accepting for 1 s", len(self._conns))
+            self._sel.unregister(self._listener)  # type: ignore[arg-type]
+        self._accept_paused_until = self.clock() + 1.0
+
+    def _resume_accepting(self) -> None:
+        if self._accept_paused_until is not None and self.clock() >= self._accept_paused_until:
+            self._accept_paused_until = None
+            self._sel.register(self._listener, selectors.EVENT_READ, "listen")  # type: ignore[arg-type]
 
     def _accept(self) -> None:
         for _ in range(64):
@@ -195,9 +214,9 @@ class AgentServer:
                 return
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    log.warning("out of file descriptors; refusing connections for now")
+                    self._pause_accepting()
                 return
-            if len(self._conns) >= MAX_CONNECTIONS:
+            if len(self._conns) >= self.max_connections:
                 self.rejected += 1
                 sock.close()
                 continue
@@ -213,16 +232,29 @@ class AgentServer:
 
     def _check_peer(self, sock: socket.socket, addr: Any) -> str | None:
         if sock.family != socket.AF_UNIX:
-            return f"{addr[0]}:{addr[1]}"
+            return self._check_tcp_peer(sock, addr)
         try:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             pid, uid, _gid = struct.unpack("3i", creds)
-        except OSError:
-            return "unix"
+        except (OSError, AttributeError):
+            log.warning("refused a connection: cannot read its peer credentials")
+            return None  # fail closed: an unidentified peer may be another user
         if uid not in (os.getuid(), 0):
             log.warning("refused a connection from uid %d (pid %d): only your own processes may report", uid, pid)
             return None
         return f"pid {pid}"
+
+    def _check_tcp_peer(self, sock: socket.socket, addr: Any) -> str | None:
+        """Loopback without a token: like the Unix socket, only this user's processes (and root's)."""
+        peer = f"{addr[0]}:{addr[1]}"
+        if self._require_token or not ipaddress.ip_address(addr[0]).is_loopback:
+            return peer  # the token decides (a non-loopback listener always has one)
+        uid = _loopback_peer_uid(sock)
+        if uid is None or uid in (os.getuid(), 0):
+            return peer
+        log.warning("refused a loopback connection from uid %d: only your own processes may report "
+                    "(to let other users in, give them a token)", uid)
+        return None
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -233,11 +265,11 @@ class AgentServer:
             self._close(conn, f"read error: {exc.strerror or exc}")
             return
         if not data:
-            self._close(conn, conn.bye or "disconnected")
+            # No goodbye: the process was killed or the connection broke (it reconnects if alive).
+            self._close(conn, conn.bye or "lost")
             return
         try:
-            for kind, payload in conn.reader.feed(data):
-                self._handle(conn, kind, payload)
+            self.feed(conn, data)
         except P.ProtocolError as exc:
             self.protocol_errors += 1
             log.warning("closing connection from %s: %s", conn.peer, exc)
@@ -246,6 +278,11 @@ class AgentServer:
             self.protocol_errors += 1
             log.exception("closing connection from %s after an internal error", conn.peer)
             self._close(conn, f"internal error: {exc!r}")
+
+    def feed(self, conn: _Conn, data: bytes) -> None:
+        """Parse and ingest what one connection sent; raises ProtocolError on hostile input."""
+        for kind, payload in conn.reader.feed(data):
+            self._handle(conn, kind, payload)
 
     def _handle(self, conn: _Conn, kind: int, payload: bytes) -> None:
         now = self.clock()
@@ -261,13 +298,8 @@ class AgentServer:
         if kind == P.F_HELLO:
             if conn.run_id is not None:
                 raise P.ProtocolError("second hello on one connection")
-            hello = _clean_hello(P.decode_json(payload))
-            key = (hello["host"], hello["pid"], hello["session"])
-            run_id = self._run_ids.get(key)
-            if run_id is None:
-                run_id = self._run_ids[key] = self._next_run
-                self._next_run += 1
-            conn.run_id = run_id
+            hello = P.clean_hello(P.decode_json(payload))
+            conn.run_id = run_id = self._run_id((hello["host"], hello["pid"], hello["session"]))
             hello["peer"] = conn.peer
             self.sink.hello(run_id, now, hello)
             return
@@ -276,16 +308,29 @@ class AgentServer:
         if kind == P.F_EVENTS:
             self.sink.events(conn.run_id, now, P.decode_events(payload))
         elif kind == P.F_INFO:
-            info = P.decode_json(payload)
-            if isinstance(info.get("bye"), str):
-                conn.bye = info["bye"][:32]
-            self.sink.info(conn.run_id, now, info)
+            info = P.clean_info(P.decode_json(payload))
+            if "bye" in info:
+                conn.bye = info["bye"]
+            if info:
+                self.sink.info(conn.run_id, now, info)
+
+    def _run_id(self, key: tuple) -> int:
+        run_id = self._run_ids.get(key)
+        if run_id is None:
+            run_id = self._run_ids[key] = self._next_run
+            self._next_run += 1
+            while len(self._run_ids) > MAX_RUN_IDS:
+                del self._run_ids[next(iter(self._run_ids))]
+        return run_id
 
     def _expire_silent(self) -> None:
         now = self.clock()
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + EXPIRE_EVERY_S
         for conn in list(self._conns.values()):
-            if conn.run_id is None and now - conn.opened > HELLO_TIMEOUT_S:
-                log.warning("closing connection from %s: no hello within %.0f s", conn.peer, HELLO_TIMEOUT_S)
+            if conn.run_id is None and now - conn.opened > self.hello_timeout:
+                log.warning("closing connection from %s: no hello within %.0f s", conn.peer, self.hello_timeout)
                 self._close(conn, "no hello")
 
     def _close(self, conn: _Conn, reason: str) -> None:
@@ -304,26 +349,44 @@ class AgentServer:
             self.sink.closed(conn.run_id, self.clock(), reason)
 
 
-def _clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
-    """Keep a hello's fields to their expected types and sizes."""
-    pid = hello.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        raise P.ProtocolError("hello without a valid pid")
-    clean: dict[str, Any] = {"pid": pid}
-    for key in ("host", "session", "name", "torch", "python", "trainmon", "device"):
-        value = hello.get(key)
-        clean[key] = str(value)[:200] if value is not None else None
-    clean["host"] = clean["host"] or "?"
-    clean["session"] = clean["session"] or str(pid)
-    for key in ("ppid", "rank", "local_rank", "world_size", "connection", "sent_records",
-                "dropped_records", "mono_ns", "protocol"):
-        value = hello.get(key)
-        clean[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
-    wall = hello.get("wall")
-    clean["wall"] = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
-    argv = hello.get("argv")
-    clean["argv"] = [str(a)[:MAX_ARG_CHARS] for a in argv[:MAX_ARGV]] if isinstance(argv, list) else []
-    job = hello.get("job")
-    clean["job"] = ({str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]}
-                    if isinstance(job, dict) else {})
-    return clean
+def _proc_net_addr(sock: socket.socket, host: str, port: int) -> str:
+    """An address as /proc/net/tcp{,6} prints it: the IP as native-endian 32-bit words in hex."""
+    packed = socket.inet_pton(sock.family, host)
+    words = struct.unpack(f"={len(packed) // 4}I", packed)
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
+
+
+def _loopback_peer_uid(sock: socket.socket) -> int | None:
+    """The uid owning the other end of a loopback TCP connection (Linux); None where /proc cannot tell
+    (another platform), -1 where the connection is not listed."""
+    table = "/proc/net/tcp6" if sock.family == socket.AF_INET6 else "/proc/net/tcp"
+    try:
+        theirs = _proc_net_addr(sock, *sock.getpeername()[:2])
+        ours = _proc_net_addr(sock, *sock.getsockname()[:2])
+        with open(table) as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 7 and fields[1] == theirs and fields[2] == ours:
+                    return int(fields[7])
+    except (OSError, ValueError):
+        return None
+    return -1  # not in the table (gone already): unknown, so refused
+
+
+def _max_connections() -> int:
+    """MAX_CONNECTIONS, or fewer when the descriptor limit would run out first."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(16, min(MAX_CONNECTIONS, soft - 128))  # the rest of the monitor needs descriptors too
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default

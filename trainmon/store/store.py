@@ -11,6 +11,7 @@ import threading
 from array import array
 from typing import Any, Protocol
 
+from trainmon.protocol import K_WAIT, events_payload, step_marks
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 
@@ -24,8 +25,14 @@ class Ingest(Protocol):
     def meta(self, t: float, meta: dict[str, Any]) -> None: ...
 
 
+MAX_ENDED_RUNS = 32  # a live store forgets the oldest ended runs beyond this (a monitor left running for days)
+SERIES_IDLE_S = 1200.0  # ... and series nobody has updated for this long (processes long gone; the TUI shows 15 min)
+SERIES_SWEEP_S = 60.0
+
+
 class Store:
-    """Thread-safe: writers and readers take ``lock``. ``cap=None`` keeps everything (reports)."""
+    """Thread-safe: writers and readers take ``lock``. ``cap=None`` keeps everything (reports);
+    a capped store is bounded: rings per run and series, and old ended runs and idle series dropped."""
 
     def __init__(self, cap: int | None = 200_000, series_cap: int | None = 20_000) -> None:
         self.lock = threading.RLock()
@@ -36,6 +43,8 @@ class Store:
         self.last_t: float | None = None
         self._cap = cap
         self._series_cap = series_cap
+        self._seen: dict[int, _Seen] = {}  # per run: counts of what this store ingested (continuity)
+        self._next_sweep = -math.inf
 
     def _touch(self, t: float) -> None:
         if self.first_t is None or t < self.first_t:
@@ -50,7 +59,7 @@ class Store:
             self._touch(t)
             run = self.runs.get(run_id)
             if run is None:
-                self.runs[run_id] = Run(run_id, hello, t, self._cap)
+                run = self.runs[run_id] = Run(run_id, hello, t, self._cap)
             else:  # the same run reconnected (a restarted monitor or a dropped connection)
                 run.hello = hello
                 run.connected = True
@@ -58,6 +67,40 @@ class Store:
                 run.connections += 1
                 if hello.get("device"):
                     run.device = hello["device"]
+            dropped = hello.get("dropped_records")
+            if isinstance(dropped, int):
+                run.dropped_records = max(run.dropped_records, dropped)
+            run.steps.total += self._missed_steps(run, hello.get("counts"))
+
+    def _missed_steps(self, run: Run, counts: Any) -> int:
+        """Steps the agent had handed off before this connection that never reached this store.
+
+        A restarted monitor (or one that missed a broken connection's last frame) continues the
+        step count where the agent's own counts put it. See docs/protocol.md, "Step continuity".
+        """
+        if not isinstance(counts, dict):
+            return 0
+        seen = self._seen.setdefault(run.id, _Seen())
+        step, opt, groups = counts.get("step", 0), counts.get("opt", 0), counts.get("groups", 0)
+        # The counts tell which events mark the agent's steps: a store that meets the run mid-way
+        # starts in that mode (and so never discards the carried-over steps as merely inferred).
+        if step:
+            run.mode = "explicit"
+        elif opt and run.mode == "next":
+            run.mode = "opt"
+        if run.mode == "explicit":
+            return max(0, step - seen.step)
+        last = counts.get("last", 0)
+        if groups > seen.groups or last != seen.last:
+            _resume_mid_step(run, last)
+        if run.mode == "opt":
+            return max(0, groups - seen.groups)
+        waits = {int(lid): n for lid, n in (counts.get("wait") or {}).items()}
+        if not waits:
+            return 0
+        train = max(waits, key=lambda lid: waits[lid])
+        _seed_train_loader(run, train, waits[train])
+        return max(0, waits[train] - seen.waits.get(train, 0))
 
     def events(self, run_id: int, t: float, records: array) -> None:
         with self.lock:
@@ -66,6 +109,7 @@ class Store:
             if run is not None:
                 run.apply_events(records)
                 run.last_seen = max(run.last_seen, t)
+                self._seen.setdefault(run_id, _Seen()).add(records)
 
     def info(self, run_id: int, t: float, info: dict[str, Any]) -> None:
         with self.lock:
@@ -83,6 +127,15 @@ class Store:
                 if run.ended is None:
                     run.ended = reason
                 run.last_seen = max(run.last_seen, t)
+                if self._cap is not None:
+                    self._forget_old_runs()
+
+    def _forget_old_runs(self) -> None:
+        ended = [run for run in self.runs.values() if not run.connected]
+        ended.sort(key=lambda run: run.last_seen)
+        for run in ended[: max(0, len(ended) - MAX_ENDED_RUNS)]:
+            del self.runs[run.id]
+            self._seen.pop(run.id, None)  # if it comes back, its hello's counts carry it on
 
     def sample(self, t: float, values: dict[str, float]) -> None:
         with self.lock:
@@ -92,6 +145,10 @@ class Store:
                 if series is None:
                     series = self.series[name] = Series(self._series_cap)
                 series.append(t, float(value) if value is not None else math.nan)
+            if self._series_cap is not None and t >= self._next_sweep:
+                self._next_sweep = t + SERIES_SWEEP_S
+                for name in [n for n, s in self.series.items() if s.times and s.times[-1] < t - SERIES_IDLE_S]:
+                    del self.series[name]
 
     def meta(self, t: float, meta: dict[str, Any]) -> None:
         with self.lock:
@@ -112,3 +169,40 @@ class Store:
 
     def series_names(self, prefix: str) -> list[str]:
         return sorted(n for n in self.series if n.startswith(prefix))
+
+
+class _Seen:
+    """What one store ingested of a run, counted as the agent counts what it hands off."""
+
+    __slots__ = ("groups", "last", "opt", "step", "waits")
+
+    def __init__(self) -> None:
+        self.step = self.opt = self.groups = self.last = 0
+        self.waits: dict[int, int] = {}
+
+    def add(self, records: array) -> None:
+        step, opt, groups, self.last, waits = step_marks(events_payload(records), self.last)
+        self.step += step
+        self.opt += opt
+        self.groups += groups
+        for lid, n in waits.items():
+            self.waits[lid] = self.waits.get(lid, 0) + n
+
+
+# The two helpers below set Run's step-derivation state for a run met mid-way (trainmon/store/run.py).
+
+
+def _resume_mid_step(run: Run, last: int) -> None:
+    """Optimizer steps arriving before any batch belong to the step the agent was in (a first
+    optimizer step ends it if its batch went to the old monitor; more optimizers of it end nothing)."""
+    run._seen_any_wait = True  # so further optimizers of that step close nothing
+    if last == K_WAIT:
+        run._cur_batches = max(run._cur_batches, 1)
+
+
+def _seed_train_loader(run: Run, lid: int, batches: int) -> None:
+    """Loader-driven steps: the train loader is the most iterated one over the whole run, not since the restart."""
+    info = run._loader(lid)
+    info.batches = max(info.batches, batches)
+    if run._train is None:
+        run._train = lid
