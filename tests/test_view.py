@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import time
 from array import array
 from types import SimpleNamespace
 
@@ -367,6 +368,7 @@ def real_recording(tmp_path_factory):
     try:
         res = run_train(addr, "--steps", "150", "--workers", "0", "--cpu-ms", "1.5")
         assert res.returncode == 0, res.stderr
+        time.sleep(1.0)  # the agent's last batch is read before the recorder is stopped
     finally:
         stop(recorder)
     return rec
