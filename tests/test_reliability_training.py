@@ -109,7 +109,9 @@ from torch.utils.data import DataLoader
 import trainmon.agent as a
 a.attach()
 model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
-loader = DataLoader(torch.randn(64, 4), batch_size=4, num_workers=int(sys.argv[1]), persistent_workers=False)
+# Persistent workers: torch itself swallows a KeyboardInterrupt that lands in worker teardown (iterator __del__).
+loader = DataLoader(torch.randn(64, 4), batch_size=4, num_workers=int(sys.argv[1]),
+                    persistent_workers=int(sys.argv[1]) > 0)
 steps = 0
 print("READY", flush=True)
 try:
@@ -132,12 +134,17 @@ def test_ctrl_c_in_training_exits_promptly_and_quietly(monitor, addr, workers, t
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(workers), then], env=child_env(TRAINMON_ADDR=addr),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    lines = Lines(proc)
-    lines.wait_for("READY")
-    assert wait_for(lambda: any(r.steps.total > 20 for r in monitor.store.runs.values()), 20)
-    sent = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    proc.wait(timeout=15)
+    try:
+        lines = Lines(proc)
+        lines.wait_for("READY")
+        assert wait_for(lambda: any(r.steps.total > 20 for r in monitor.store.runs.values()), 20)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:  # never leave a training behind, whatever failed
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     exit_s = time.monotonic() - sent
     err = proc.stderr.read()
     note("ctrl_c", workers=workers, then=then, exit_s=round(exit_s, 3), returncode=proc.returncode)
