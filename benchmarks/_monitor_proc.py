@@ -1,0 +1,129 @@
+"""The monitor under benchmark: ``trainmon record`` or the live screen, with N simulated GPUs and tracked pids.
+
+    python benchmarks/_monitor_proc.py record --output F --listen ADDR [--interval 1] [--gpus 8] [--track FILE]
+    python benchmarks/_monitor_proc.py tui --listen ADDR [--interval 1] [--gpus 8] [--track FILE]
+
+``record`` mirrors ``trainmon.cli.cmd_record`` (a Recorder as the Monitor's sink, quiet, stopped by SIGTERM) and
+``tui`` mirrors ``cmd_live`` (the Textual screen over a LiveFeed); the only differences are the NVML module, the
+fake of tests/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
+samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
+writes what the monitor ingested (runs, steps, records, bytes) when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fake_pynvml import GIB, FakeNvml
+from trainmon.monitor import Monitor
+
+
+def fake_gpus(n: int, pids: list[int]) -> tuple[FakeNvml, list[tuple[int, int]]]:
+    """``n`` busy Hopper-like GPUs (GPM on); each runs two of ``pids`` (a rank and a helper)."""
+    fake = FakeNvml(n, gpm=True, util_gpu=87, util_mem=35, mem_used=60 * GIB)
+    owners: list[tuple[int, int]] = []
+    for i, dev in enumerate(fake.devices):
+        own = [pids[(2 * i) % len(pids)], pids[(2 * i + 1) % len(pids)]] if pids else [1000 + i, 2000 + i]
+        dev.processes = [(own[0], 20 * GIB), (own[1], GIB)]
+        owners.append((i, own[0]))
+    return fake, owners
+
+
+def feeder(fake: FakeNvml, owners: list[tuple[int, int]]):
+    """What a real driver has ready by each tick: sub-second utilisation samples and per-process SM samples."""
+
+    def feed(snapshot: object) -> None:
+        for i, pid in owners:
+            fake.push_util_samples(i, [100, 60, 100, 80, 100, 90], period_us=166_000)
+            fake.push_process_samples(i, [(pid, 85)])
+
+    return feed
+
+
+def summary(monitor: Monitor, recorder: object | None) -> dict:
+    store = monitor.store
+    with store.lock:
+        return {"runs": len(store.runs), "steps": sum(r.steps.total for r in store.runs.values()),
+                "records": sum(r.records for r in store.runs.values()), "series": len(store.series),
+                "bytes": getattr(recorder, "bytes_written", 0), "error": getattr(recorder, "error", None)}
+
+
+def build(args: argparse.Namespace, sinks: list) -> Monitor:
+    pids = [int(p) for p in Path(args.track).read_text().split()] if args.track else []
+    fake, owners = fake_gpus(args.gpus, pids)
+    monitor = Monitor(args.listen, interval=args.interval, sinks=sinks, nvml_module=fake)
+    for pid in pids:
+        monitor.track(pid, "worker")
+    monitor.listeners.append(feeder(fake, owners))
+    return monitor
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from trainmon.record import Recorder
+
+    recorder = Recorder(args.output)
+    monitor = build(args, [recorder])
+    monitor.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        while not stop.wait(0.2):  # as cmd_record polls
+            if recorder.error:
+                break
+    finally:
+        monitor.stop()
+        recorder.close()
+    write_summary(args, summary(monitor, recorder))
+    return 1 if recorder.error else 0
+
+
+def run_screen(args: argparse.Namespace) -> int:
+    try:
+        from trainmon.tui.app import Job
+        from trainmon.tui.run import run_tui
+        from trainmon.view import LiveFeed
+    except ImportError as exc:
+        print(f"the TUI is not available: {exc}", file=sys.stderr)
+        return 3
+    monitor = build(args, [])
+    monitor.start()
+    job = Job(notice=lambda: None, running=lambda: False, confirm_quit=False)
+    try:
+        return run_tui(LiveFeed(monitor), job=job)
+    finally:
+        monitor.stop()
+        write_summary(args, summary(monitor, None))
+
+
+def write_summary(args: argparse.Namespace, data: dict) -> None:
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(data))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["record", "tui"])
+    ap.add_argument("--output", "-o", default=None)
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--track", default=None, help="a file of pids (whitespace-separated) to track as workers")
+    ap.add_argument("--summary", default=None)
+    args = ap.parse_args()
+    if args.mode == "record":
+        if not args.output:
+            ap.error("record needs --output")
+        return run_record(args)
+    return run_screen(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

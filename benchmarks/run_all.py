@@ -1,0 +1,114 @@
+"""``make bench``: every issue-6 benchmark on this machine, one table, and benchmarks/results.md.
+
+Each benchmark runs as its own process (``--json`` rows collected here), one after the other so they never
+compete with each other; what else was running on the host is written down with the results.
+
+    python benchmarks/run_all.py [--soak-minutes M] [--only NAME ...] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import BENCH, PY, ROOT, Row, format_table, other_load, read_rows, verdict
+
+RESULTS = BENCH / "results.md"
+
+
+def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
+    cost = ["--soak-minutes", str(soak_minutes)] if soak_minutes else []
+    return {
+        "agent_overhead": [],
+        "vs_traceml": [],
+        "monitor_cost": cost,
+        "ingest": [],
+        "recording_size": [],
+    }
+
+
+def run_one(name: str, extra: list[str], tmp: str) -> tuple[list[Row], float]:
+    out = os.path.join(tmp, f"{name}.json")
+    t0 = time.monotonic()
+    print(f"== {name} {' '.join(extra)}", flush=True)
+    res = subprocess.run([PY, str(BENCH / f"{name}.py"), "--json", out, *extra], cwd=ROOT)
+    took = time.monotonic() - t0
+    if res.returncode != 0 or not os.path.exists(out):
+        return [Row(f"{name}", "", "failed", met=False, note=f"exit status {res.returncode}")], took
+    return read_rows(Path(out)), took
+
+
+def host_line() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.node()}: {os.cpu_count()} CPUs, {mem:.0f} GiB, Linux {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def git_rev() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return f"{rev}{' + uncommitted changes' if dirty else ''}"
+
+
+def markdown(rows: list[Row], context: list[str]) -> str:
+    lines = ["# Benchmark results", "", "Written by `make bench` (benchmarks/run_all.py); do not edit by hand.", ""]
+    lines += [f"- {c}" for c in context]
+    lines += ["", "| figure | target | measured | side by side | |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [r.figure, r.target, r.measured, r.anchor, verdict(r)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "## Notes", ""]
+    lines += [f"- **{r.figure}**: {r.note}" for r in rows if r.note]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--soak-minutes", type=float, default=0.0, help="monitor_cost soak length (default: 30 s run)")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these benchmarks")
+    ap.add_argument("--no-write", action="store_true", help="do not rewrite benchmarks/results.md")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tm-bench-all-")
+    before = other_load()
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
+    rows: list[Row] = []
+    timings = []
+    for name, extra in benchmarks(args.soak_minutes).items():
+        if args.only and name not in args.only:
+            continue
+        got, took = run_one(name, extra, tmp)
+        rows += got
+        timings.append(f"{name} {took:.0f} s")
+    after = other_load()
+    context = [f"run {started} at {git_rev()}; {host_line()}",
+               f"host before: {before}; after: {after}",
+               f"durations: {', '.join(timings)}"]
+    print()
+    print(format_table(rows))
+    print()
+    for c in context:
+        print(c)
+    missed = [r.figure for r in rows if r.met is False]
+    print(f"{len([r for r in rows if r.met])} targets met, {len(missed)} missed" +
+          (f": {'; '.join(missed)}" if missed else ""))
+    if not args.no_write:
+        RESULTS.write_text(markdown(rows, context))
+        print(f"wrote {RESULTS.relative_to(ROOT)} (the notes under the table say how each figure was measured)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
