@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import operator
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,16 @@ class RunWindow:
     durations: list[float] = field(default_factory=list)
     step_spans: list[tuple[float, float]] = field(default_factory=list)
     step_waits: list[float] = field(default_factory=list)
+    sorted_durations: list[float] = field(default_factory=list)
+    _slices: tuple | None = None  # (start, end, wait) arrays when the spans were not built per step
+
+    def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
+        """Each steady step's (start, end) and wait, built on demand (only the periodic rule needs them)."""
+        if self._slices is not None and not self.step_spans:
+            start, end, wait = self._slices
+            self.step_spans = list(zip(start, end, strict=True))
+            self.step_waits = wait.tolist()
+        return self.step_spans, self.step_waits
     checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -93,8 +105,29 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
+_MEMO: dict[tuple, RunWindow] = {}
+_MEMO_MAX = 64
+_NAN8 = array("d", [math.nan]).tobytes()
+
+
 def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
-    """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``."""
+    """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``.
+
+    Memoised per (run, steps so far, window): the engine and the status line ask for the same window
+    every tick. Windows are read-only for their users.
+    """
+    key = (id(run), run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
+    hit = _MEMO.get(key)
+    if hit is not None and hit.run is run:
+        return hit
+    w = _compute_window(run, t0, t1, min_steps, max_lookback_s)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[key] = w
+    return w
+
+
+def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback_s: float) -> RunWindow:
     steps = run.steps
     i, j = steps.index_range(t0, t1)
     if j - i < min_steps:
@@ -110,6 +143,43 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
     # Judge the loader feeding the latest steps: after a switch, the old loader's steps are history.
     current = steps.loader[j - 1] if j > i else None
     w.loader_id = current or None
+    n = j - i
+    if n and steps.loader[i:j].count(current) == n and steps.warm[i:j].count(0) == n:
+        _fill_fast(w, steps, i, j)
+    else:
+        _fill_each(w, steps, i, j, current)
+    if w.durations:
+        ordered = w.sorted_durations = sorted(w.durations)
+        w.step_p50_s = _sorted_quantile(ordered, 0.5)
+        w.step_p95_s = _sorted_quantile(ordered, 0.95)
+        w.step_max_s = ordered[-1]
+    for c0, c1 in run.checkpoints:
+        overlap = min(c1, t1) - max(c0, w.t0)
+        if overlap > 0:
+            w.checkpoint_s += overlap
+            w.checkpoints += 1
+            w.checkpoint_spans.append((c0, c1))
+    return w
+
+
+def _fill_fast(w: RunWindow, steps, i: int, j: int) -> None:
+    """The common case (one loader, no warm-up inside): C-level slices and sums, no per-step Python."""
+    start, end, wait = steps.start[i:j], steps.end[i:j], steps.wait[i:j]
+    w.durations = list(map(operator.sub, end, start))
+    w.steps = j - i
+    w.step_time_s = math.fsum(w.durations)
+    w.wait_s = math.fsum(wait)
+    w.samples = sum(steps.samples[i:j])
+    w._slices = (start, end, wait)
+    w.last_end = end[-1]
+    exposed = steps.exposed[i:j]
+    if exposed.tobytes() != _NAN8 * (j - i):
+        measured = [x for x in exposed if x == x]
+        w.exposed_s = math.fsum(measured)
+        w.exposed_steps = len(measured)
+
+
+def _fill_each(w: RunWindow, steps, i: int, j: int, current: int | None) -> None:
     for k in range(i, j):
         if current is not None and steps.loader[k] != current:
             continue
@@ -129,17 +199,13 @@ def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback
         if x == x:
             w.exposed_s += x
             w.exposed_steps += 1
-    if w.durations:
-        w.step_p50_s = quantile(w.durations, 0.5)
-        w.step_p95_s = quantile(w.durations, 0.95)
-        w.step_max_s = max(w.durations)
-    for c0, c1 in run.checkpoints:
-        overlap = min(c1, t1) - max(c0, w.t0)
-        if overlap > 0:
-            w.checkpoint_s += overlap
-            w.checkpoints += 1
-            w.checkpoint_spans.append((c0, c1))
-    return w
+
+
+def _sorted_quantile(ordered: list[float], q: float) -> float:
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass
