@@ -160,7 +160,7 @@ def test_bad_arguments_get_one_line_and_status_2(tmp_path):
 
 
 @pytest.mark.parametrize("scenario_args", [("--workers", "0", "--cpu-ms", "1.5"),
-                                           ("--workers", "2", "--cpu-ms", "0.02", "--width", "1536", "--persistent")],
+                                           ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent")],
                          ids=["main-process", "healthy"])
 def test_agentless_pyspy_estimate_agrees_with_the_agent(addr, tmp_path, scenario_args):
     import subprocess as sp

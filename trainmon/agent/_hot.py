@@ -1,8 +1,7 @@
 """The agent's per-batch and per-step path: clock reads and one append, nothing else.
 
-Records go to one list that is never replaced: ``list.extend`` of a 4-tuple is atomic under the
-GIL and cheaper than converting each item into an ``array``. The sender takes whole records off
-the front (appends only ever land at the end), so no record is torn or lost.
+Every record is appended with a single ``array.extend`` of a 4-tuple, which is atomic under
+the GIL, so the sender thread can swap the buffer at any moment without tearing a record.
 """
 
 from __future__ import annotations
@@ -15,21 +14,19 @@ from typing import Any
 from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP, K_WAIT
 
 _pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
-_buf: list[int] = []
-_ext = _buf.extend
+_buf = array("q")
 
 
 def swap_buffer() -> array:
-    """Take every complete record appended so far, as an ``array('q')`` for the sender."""
-    n = len(_buf)
-    n -= n % 4
-    out = array("q", _buf[:n])
-    del _buf[:n]
-    return out
+    """Hand the filled buffer to the sender and start a fresh one."""
+    global _buf
+    full, _buf = _buf, array("q")
+    return full
 
 
 def reset_buffer() -> None:
-    _buf.clear()
+    global _buf
+    _buf = array("q")
 
 
 def pending_records() -> int:
@@ -39,17 +36,15 @@ def pending_records() -> int:
 def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``_BaseDataLoaderIter.__next__``: the time spent inside it is the data wait."""
 
-    pc, ext = _pc, _ext  # closure cells: cheaper than global lookups on the hot path
-
     def __next__(self):
-        t0 = pc()
+        t0 = _pc()
         try:
             batch = orig(self)
         except StopIteration:
             # _trainmon_tag is K_WAIT | loader_id << 8; K_ITER_END == K_WAIT + 1.
-            ext((self._trainmon_tag + 1, t0, pc(), 0))
+            _buf.extend((self._trainmon_tag + 1, t0, _pc(), 0))
             raise
-        ext((self._trainmon_tag, t0, pc(), 0))
+        _buf.extend((self._trainmon_tag, t0, _pc(), 0))
         return batch
 
     __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
@@ -59,21 +54,21 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     t = _pc()
-    _ext((K_OPT, t, t, 0))
+    _buf.extend((K_OPT, t, t, 0))
 
 
 def step() -> None:
     t = _pc()
-    _ext((K_STEP, t, t, 0))
+    _buf.extend((K_STEP, t, t, 0))
 
 
 def mark(name_id: int) -> None:
     t = _pc()
-    _ext((K_MARK | name_id << 8, t, t, 0))
+    _buf.extend((K_MARK | name_id << 8, t, t, 0))
 
 
 def span(kind: int, ident: int, t0: int, t1: int, value: int = 0) -> None:
-    _ext((kind | ident << 8, t0, t1, value))
+    _buf.extend((kind | ident << 8, t0, t1, value))
 
 
 def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,7 +79,7 @@ def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return orig(*args, **kwargs)
         finally:
-            _ext((K_CKPT, t0, _pc(), 0))
+            _buf.extend((K_CKPT, t0, _pc(), 0))
 
     save.__trainmon_original__ = orig  # type: ignore[attr-defined]
     save.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -108,7 +103,7 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         if self._ident >= 0:
-            _ext((K_PHASE | self._ident << 8, self._t0, _pc(), 0))
+            _buf.extend((K_PHASE | self._ident << 8, self._t0, _pc(), 0))
 
 
 WAIT_TAG_UNREGISTERED = K_WAIT

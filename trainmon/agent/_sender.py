@@ -15,6 +15,7 @@ from trainmon import protocol as P
 from trainmon.agent import _hot
 
 TICK_S = 0.1
+SWAP_GRACE_S = 0.002  # lets a hot-path thread that loaded the old buffer finish its append
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 5.0
@@ -164,6 +165,7 @@ class Sender:
         if not _hot.pending_records():
             return
         records = _hot.swap_buffer()
+        time.sleep(SWAP_GRACE_S)
         usable = len(records) - len(records) % P.RECORD_FIELDS
         for start in range(0, usable, _RECORDS_PER_FRAME * P.RECORD_FIELDS):
             chunk = records[start : min(usable, start + _RECORDS_PER_FRAME * P.RECORD_FIELDS)]
