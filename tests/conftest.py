@@ -79,3 +79,15 @@ def report_json(path: str) -> dict:
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
+
+
+def record_training(addr: str, output: str, *train_args: str) -> str:
+    """A real training under a real ``trainmon record``; returns the recording's path."""
+    recorder = start_recorder(addr, output)
+    try:
+        res = run_train(addr, *train_args)
+        assert res.returncode == 0, res.stderr
+        time.sleep(1.0)  # the agent's last batch is read before the recorder is stopped
+    finally:
+        stop(recorder)
+    return output

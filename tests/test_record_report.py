@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import child_env, report_json, run_train, start_recorder, stop, trainmon_cmd
+from tests.conftest import child_env, record_training, report_json, run_train, start_recorder, stop, trainmon_cmd
 
 
 def test_report_matches_the_training_scripts_own_measurement(addr, tmp_path):
@@ -92,15 +92,7 @@ def _report(path: str, fmt: str = "text") -> subprocess.CompletedProcess:
 def good_recording(tmp_path_factory):
     d = tmp_path_factory.mktemp("rec")
     addr = f"/tmp/tm-good-{os.getpid()}.sock"
-    rec = str(d / "good.tmrec")
-    recorder = start_recorder(addr, rec)
-    try:
-        res = run_train(addr, "--steps", "120", "--workers", "0", "--cpu-ms", "1")
-        assert res.returncode == 0, res.stderr
-        time.sleep(1.0)
-    finally:
-        stop(recorder)
-    return rec
+    return record_training(addr, str(d / "good.tmrec"), "--steps", "120", "--workers", "0", "--cpu-ms", "1")
 
 
 def _one_line_error(res: subprocess.CompletedProcess, fragment: str) -> None:

@@ -7,11 +7,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from tests.conftest import child_env, run_train, start_recorder, stop, trainmon_cmd
+from tests.conftest import child_env, record_training, trainmon_cmd
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -20,16 +19,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def recording(tmp_path_factory):
     d = tmp_path_factory.mktemp("html")
     addr = f"/tmp/tm-html-{os.getpid()}.sock"
-    rec = str(d / "r.tmrec")
-    recorder = start_recorder(addr, rec)
-    try:
-        res = run_train(addr, "--steps", "150", "--workers", "0", "--cpu-ms", "1", "--checkpoint-every", "50",
-                        "--checkpoint-mb", "4")
-        assert res.returncode == 0, res.stderr
-        time.sleep(1.0)
-    finally:
-        stop(recorder)
-    return rec
+    return record_training(addr, str(d / "r.tmrec"), "--steps", "150", "--workers", "0", "--cpu-ms", "1",
+                           "--checkpoint-every", "50", "--checkpoint-mb", "4")
 
 
 def _report(path: str, fmt: str) -> str:

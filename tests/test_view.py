@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 import subprocess
-import time
 from array import array
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import child_env, run_train, start_recorder, stop, trainmon_cmd
+from tests.conftest import child_env, record_training, trainmon_cmd
 from trainmon.diagnose.findings import Finding
 from trainmon.protocol import K_CKPT, K_ITER_START, K_MARK, K_WAIT
 from trainmon.record import load_recording
@@ -363,15 +362,7 @@ def real_recording(tmp_path_factory):
         return str(d / "main-process.tmrec")
     d.mkdir(exist_ok=True)
     addr = f"/tmp/tm-view-{id(d)}.sock"
-    rec = str(d / "main-process.tmrec")
-    recorder = start_recorder(addr, rec)
-    try:
-        res = run_train(addr, "--steps", "150", "--workers", "0", "--cpu-ms", "1.5")
-        assert res.returncode == 0, res.stderr
-        time.sleep(1.0)  # the agent's last batch is read before the recorder is stopped
-    finally:
-        stop(recorder)
-    return rec
+    return record_training(addr, str(d / "main-process.tmrec"), "--steps", "150", "--workers", "0", "--cpu-ms", "1.5")
 
 
 def test_a_real_recording_replays_into_frames(real_recording):

@@ -85,18 +85,8 @@ def system_section(store: Store) -> dict[str, Any]:
 
 def process_figures(store: Store, run: Run) -> dict[str, Any]:
     """Main process and workers: CPU % of a core, thread-state shares, read MB/s (p50 over the run)."""
-
-    def proc(pid: int) -> dict[str, Any]:
-        fig: dict[str, Any] = {"pid": pid}
-        for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rchar_mb_s", "rss_mb",
-                    "runq_wait_ms_s", "gpu_mem_mb"):
-            s = stats(store, f"proc.{pid}.{key}")
-            if s["p50"] is not None:
-                fig[key] = s["p50"] if key != "rss_mb" else s["max"]
-        return fig
-
-    main = proc(run.pid)
-    workers = [proc(pid) for pid in run.worker_pids()]
+    main = process_figures_pid(store, run.pid)
+    workers = [process_figures_pid(store, pid) for pid in run.worker_pids()]
     cpu = [w["cpu_pct"] for w in workers if "cpu_pct" in w]
     return {"main": main, "workers": workers,
             "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
@@ -134,7 +124,8 @@ def agentless_section(store: Store) -> list[dict[str, Any]]:
 
 def process_figures_pid(store: Store, pid: int) -> dict[str, Any]:
     fig: dict[str, Any] = {"pid": pid}
-    for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rss_mb"):
+    for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rchar_mb_s", "rss_mb", "runq_wait_ms_s",
+                "gpu_mem_mb"):
         s = stats(store, f"proc.{pid}.{key}")
         if s["p50"] is not None:
             fig[key] = s["p50"] if key != "rss_mb" else s["max"]
