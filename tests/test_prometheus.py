@@ -81,13 +81,10 @@ def test_grafana_dashboard_queries_only_exported_metrics():
 
 
 def test_record_serves_metrics_from_the_cli(addr, tmp_path):
-    import socket as socket_mod
-
     from tests.conftest import trainmon_cmd
+    from trainmon.demo.scenarios import free_port
 
-    with socket_mod.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'prometheus = "127.0.0.1:{port}"\n[thresholds]\nwait_warning = 0.07\n')
     rec = subprocess.Popen(trainmon_cmd("--config", str(cfg), "record", "-o", str(tmp_path / "r.tmrec"), "--listen",

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import child_env, report_json, trainmon_cmd
-from trainmon.demo.scenarios import _free_port
+from trainmon.demo.scenarios import free_port
 
 SCRIPT = """
 import sys, torch
@@ -81,7 +81,7 @@ def test_every_rank_under_torchrun_is_attached_and_grouped(tmp_path, launcher):
         "--master-addr",
         "127.0.0.1",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         "-m",
         "trainmon.demo.train",
         "--no-attach",

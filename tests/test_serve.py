@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import urllib.request
@@ -15,6 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import child_env, trainmon_cmd, wait_for
+from trainmon.demo.scenarios import free_port
 
 aiohttp = pytest.importorskip("aiohttp")
 pytest.importorskip("textual_serve")
@@ -22,18 +22,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RECORDING = Path(__file__).parent.parent / "screenshots" / "recordings"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def served():
     recording = next(iter(sorted(RECORDING.glob("*.tmrec"))), None)
     if recording is None:
         pytest.skip("no recording under screenshots/recordings")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(trainmon_cmd("serve", "--port", str(port), "--replay", str(recording)),
                               env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP, K_WAIT
+from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP
 
 _pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
 _buf = array("q")
@@ -104,6 +104,3 @@ class Phase:
     def __exit__(self, *exc: object) -> None:
         if self._ident >= 0:
             _buf.extend((K_PHASE | self._ident << 8, self._t0, _pc(), 0))
-
-
-WAIT_TAG_UNREGISTERED = K_WAIT

@@ -62,7 +62,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 DEFAULT = "switch"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -75,7 +75,7 @@ def command(scenario: Scenario, extra: list[str] | None = None) -> list[str]:
         args += ["--device", "cuda"]
     if scenario.ranks > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(scenario.ranks),
-                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "trainmon.demo.train", *args]
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "trainmon.demo.train", *args]
     return [sys.executable, "-m", "trainmon.demo.train", *args]
 
 
