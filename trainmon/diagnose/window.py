@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from array import array
@@ -28,6 +29,9 @@ def mean(values) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
+MAX_DETAIL = 4096  # the step-time quantiles of a longer window come from an even sample of this many steps
+
+
 @dataclass
 class RunWindow:
     run: Run
@@ -46,20 +50,38 @@ class RunWindow:
     last_end: float = math.nan
     exposed_s: float = 0.0
     exposed_steps: int = 0
-    durations: list[float] = field(default_factory=list)
-    step_spans: list[tuple[float, float]] = field(default_factory=list)
-    step_waits: list[float] = field(default_factory=list)
-    sorted_durations: list[float] = field(default_factory=list)
-    _slices: tuple | None = None  # (start, end, wait) arrays when the spans were not built per step
+    sorted_durations: list[float] = field(default_factory=list)  # all steady steps', or an even sample
+    checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
+    loader_id: int | None = None
+    # Where the steady steps are: the step table, global indices [first, stop) and, when warm-up or
+    # another loader's steps lie between, a byte mask of the steady ones. Read on demand, never copied.
+    _rows: tuple | None = None
+
+    def columns(self) -> tuple[array, array, array, array]:
+        """start, end, duration and wait of every steady step in the window (C-level slices)."""
+        if self._rows is None:
+            return array("d"), array("d"), array("d"), array("d")
+        steps, first, stop, mask = self._rows
+        offset = steps.total - len(steps)  # steps trimmed from the table since the window was taken
+        i, j = max(0, first - offset), max(0, stop - offset)
+        cols = (steps.start[i:j], steps.end[i:j], steps.dur[i:j], steps.wait[i:j])
+        if mask is None:
+            return cols
+        mask = mask[len(mask) - (j - i):] if j > i else b""
+        return tuple(array("d", itertools.compress(c, mask)) for c in cols)  # type: ignore[return-value]
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
-        """Each steady step's (start, end) and wait, built on demand (only the periodic rule needs them)."""
-        if self._slices is not None and not self.step_spans:
-            start, end, wait = self._slices
-            self.step_spans = list(zip(start, end, strict=True))
-            self.step_waits = wait.tolist()
-        return self.step_spans, self.step_waits
-    checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
+        """Each steady step's (start, end) and wait."""
+        start, end, _, wait = self.columns()
+        return list(zip(start, end, strict=True)), wait.tolist()
+
+    def long_steps(self, limit: float) -> list[tuple[float, float, float]]:
+        """(start, end, wait) of every steady step longer than ``limit`` s, exactly (no sampling)."""
+        if not self.steps or not self.step_max_s > limit:
+            return []
+        start, end, dur, wait = self.columns()
+        picked = itertools.compress(range(len(dur)), map(limit.__lt__, dur))
+        return [(start[k], end[k], wait[k]) for k in picked]
 
     @property
     def exposed_fraction(self) -> float:
@@ -96,8 +118,6 @@ class RunWindow:
     def span_s(self) -> float:
         return self.t1 - self.t0
 
-    loader_id: int | None = None
-
     @property
     def loader(self) -> dict[str, Any]:
         """Config of the loader feeding this window's steps."""
@@ -105,25 +125,24 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
-_MEMO: dict[tuple, RunWindow] = {}
-_MEMO_MAX = 64
-_NAN8 = array("d", [math.nan]).tobytes()
+_MEMO: dict[int, tuple[tuple, RunWindow]] = {}  # per run: the latest window asked for
+_MEMO_MAX = 1024
 
 
 def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
     """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``.
 
-    Memoised per (run, steps so far, window): the engine and the status line ask for the same window
+    Memoised per run (steps so far, window): the engine and the status line ask for the same window
     every tick. Windows are read-only for their users.
     """
-    key = (id(run), run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
-    hit = _MEMO.get(key)
-    if hit is not None and hit.run is run:
-        return hit
+    key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
+    hit = _MEMO.get(id(run))
+    if hit is not None and hit[0] == key and hit[1].run is run:
+        return hit[1]
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s)
     if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.pop(next(iter(_MEMO)))
-    _MEMO[key] = w
+        _MEMO.clear()
+    _MEMO[id(run)] = (key, w)
     return w
 
 
@@ -140,19 +159,11 @@ def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback
                 count += 1
         i = min(i, k)
     w = RunWindow(run, steps.start[i] if j > i else t0, t1)
-    # Judge the loader feeding the latest steps: after a switch, the old loader's steps are history.
-    current = steps.loader[j - 1] if j > i else None
-    w.loader_id = current or None
-    n = j - i
-    if n and steps.loader[i:j].count(current) == n and steps.warm[i:j].count(0) == n:
-        _fill_fast(w, steps, i, j)
-    else:
-        _fill_each(w, steps, i, j, current)
-    if w.durations:
-        ordered = w.sorted_durations = sorted(w.durations)
-        w.step_p50_s = _sorted_quantile(ordered, 0.5)
-        w.step_p95_s = _sorted_quantile(ordered, 0.95)
-        w.step_max_s = ordered[-1]
+    if j > i:
+        # Judge the loader feeding the latest steps: after a switch, the old loader's steps are history.
+        current = steps.loader[j - 1]
+        w.loader_id = current or None
+        _fill(w, steps, i, j, current)
     for c0, c1 in run.checkpoints:
         overlap = min(c1, t1) - max(c0, w.t0)
         if overlap > 0:
@@ -162,43 +173,42 @@ def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback
     return w
 
 
-def _fill_fast(w: RunWindow, steps, i: int, j: int) -> None:
-    """The common case (one loader, no warm-up inside): C-level slices and sums, no per-step Python."""
-    start, end, wait = steps.start[i:j], steps.end[i:j], steps.wait[i:j]
-    w.durations = list(map(operator.sub, end, start))
-    w.steps = j - i
-    w.step_time_s = math.fsum(w.durations)
+def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
+    """Sums, maxima and quantiles of the steady steps in rows [i, j): C-level slices, no per-step Python."""
+    n = j - i
+    loaders, warm = steps.loader[i:j], steps.warm[i:j]
+    mask = None
+    if loaders.count(current) != n or warm.count(0) != n:
+        ours = bytes(map(current.__eq__, loaders))
+        mask = bytes(map(operator.and_, ours, map(operator.not_, warm)))
+        w.warm_steps = sum(map(operator.and_, ours, warm))
+    offset = steps.total - len(steps)
+    w._rows = (steps, i + offset, j + offset, mask)
+    end, dur, wait, samples, exposed = (steps.end[i:j], steps.dur[i:j], steps.wait[i:j], steps.samples[i:j],
+                                        steps.exposed[i:j])
+    if mask is not None:
+        end, dur, wait, exposed = (array("d", itertools.compress(c, mask)) for c in (end, dur, wait, exposed))
+        samples = array("l", itertools.compress(samples, mask))
+    m = len(end)
+    w.steps = m
+    if not m:
+        return
+    w.step_time_s = math.fsum(dur)
     w.wait_s = math.fsum(wait)
-    w.samples = sum(steps.samples[i:j])
-    w._slices = (start, end, wait)
+    w.samples = sum(samples)
     w.last_end = end[-1]
-    exposed = steps.exposed[i:j]
-    if exposed.tobytes() != _NAN8 * (j - i):
+    if exposed.tobytes() != _NAN8 * m:
         measured = [x for x in exposed if x == x]
         w.exposed_s = math.fsum(measured)
         w.exposed_steps = len(measured)
+    stride = -(-m // MAX_DETAIL)
+    ordered = w.sorted_durations = sorted(dur[::stride] if stride > 1 else dur)
+    w.step_p50_s = _sorted_quantile(ordered, 0.5)
+    w.step_p95_s = _sorted_quantile(ordered, 0.95)
+    w.step_max_s = max(dur)
 
 
-def _fill_each(w: RunWindow, steps, i: int, j: int, current: int | None) -> None:
-    for k in range(i, j):
-        if current is not None and steps.loader[k] != current:
-            continue
-        if steps.warm[k]:
-            w.warm_steps += 1
-            continue
-        d = steps.end[k] - steps.start[k]
-        w.steps += 1
-        w.step_time_s += d
-        w.wait_s += steps.wait[k]
-        w.samples += steps.samples[k]
-        w.durations.append(d)
-        w.step_spans.append((steps.start[k], steps.end[k]))
-        w.step_waits.append(steps.wait[k])
-        w.last_end = steps.end[k]
-        x = steps.exposed[k]
-        if x == x:
-            w.exposed_s += x
-            w.exposed_steps += 1
+_NAN8 = array("d", [math.nan]).tobytes()
 
 
 def _sorted_quantile(ordered: list[float], q: float) -> float:

@@ -28,6 +28,7 @@ _IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": 
 _STATES = (b"R", b"S", b"D")
 # Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
 _NCOUNT = 8
+THREAD_READS_PER_S = 400  # the state sampler's budget: ~10 Hz for up to 40 threads, ~1 Hz for 400
 
 
 class _Gone(Exception):
@@ -168,7 +169,8 @@ class ProcSource:
         self._thread.start()
 
     def _sampler_loop(self) -> None:
-        period = 1.0 / self.hz_states
+        base = 1.0 / self.hz_states
+        period = base
         next_t = time.monotonic()
         while True:
             next_t += period
@@ -179,10 +181,14 @@ class ProcSource:
             if self._stop.wait(delay):
                 return
             try:
+                threads = 0
                 for pid in self._pids:
                     obs = self._observe(pid)
                     if obs is not None:
                         self._add_counts(pid, obs)
+                        threads += obs[0]
+                # A budget of thread reads per second: a big tree is looked at less often, not at a higher cost.
+                period = max(base, threads / THREAD_READS_PER_S)
             except Exception as exc:
                 self._log_once("sampler", "procs: state sampler error: %r", exc)
 

@@ -10,6 +10,7 @@ The train loader is the most iterated one; the others are eval/other phases.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ MAX_LOADERS = 256  # per run; events of further loader ids count as loader 0 ("u
 MAX_NAMES = 4096
 RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
 CKPT_MERGE_GAP_S = 0.005
+FAST_MIN_STEPS = 8  # a batch with fewer regular steps than this goes record by record
+_NAN = float("nan")
 
 
 @dataclass
@@ -46,14 +49,18 @@ class LoaderInfo:
 
 
 class Steps:
-    """Columnar step table: start, end, data wait (s), samples, warm-up flag."""
+    """Columnar step table: start, end, duration, data wait (s), samples, warm-up flag, loader.
 
-    __slots__ = ("cap", "end", "exposed", "loader", "samples", "start", "total", "wait", "warm")
+    ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
+    ``total`` counts every step ever completed."""
+
+    __slots__ = ("cap", "dur", "end", "exposed", "loader", "samples", "start", "total", "wait", "warm")
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
         self.start = array("d")
         self.end = array("d")
+        self.dur = array("d")  # end - start, kept so window sums and maxima need no per-step Python
         self.wait = array("d")
         self.exposed = array("d")  # GPU idle exposed by the wait (nan where not measured)
         self.samples = array("l")
@@ -61,32 +68,57 @@ class Steps:
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.total = 0  # steps ever completed (the table itself may be trimmed)
 
+    def _columns(self) -> tuple[array, ...]:
+        return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
+
     def add(self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float,
             loader: int = 0) -> None:
         self.start.append(start)
         self.end.append(end)
+        self.dur.append(end - start)
         self.wait.append(wait)
         self.exposed.append(exposed)
         self.samples.append(samples)
         self.warm.append(1 if warm else 0)
         self.loader.append(loader)
         self.total += 1
+        self.trim()
+
+    def extend_steady(self, start: array, end: array, dur: array, wait: array, samples: int, loader: int) -> None:
+        """Append steady-state steps of one loader given as columns (the batch ingest path)."""
+        n = len(end)
+        self.start.extend(start)
+        self.end.extend(end)
+        self.dur.extend(dur)
+        self.wait.extend(wait)
+        self.exposed.extend(array("d", [_NAN]) * n)
+        self.samples.extend(array("l", [samples]) * n)
+        self.warm.extend(bytes(n))
+        self.loader.extend(array("l", [loader]) * n)
+        self.total += n
+        self.trim()
+
+    def trim(self) -> None:
+        """Keep at most ``cap`` rows; trims a quarter at a time so the cost is amortised."""
         if self.cap is not None and len(self.end) > self.cap:
             drop = len(self.end) - self.cap + self.cap // 4
-            for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm, self.loader):
+            for col in self._columns():
                 del col[:drop]
 
     def __len__(self) -> int:
         return len(self.end)
 
     def clear(self) -> None:
-        for col in (self.start, self.end, self.wait, self.exposed, self.samples, self.warm, self.loader):
+        for col in self._columns():
             del col[:]
         self.total = 0
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""
         return bisect_left(self.end, t0), bisect_right(self.end, t1)
+
+    def nbytes(self) -> int:
+        return sum(col.itemsize * len(col) for col in self._columns())
 
 
 class Run:
@@ -191,14 +223,76 @@ class Run:
         return info
 
     def apply_events(self, records: array) -> None:
-        """Fold a batch of flat int64 records into the step table (see trainmon.protocol)."""
+        """Fold a batch of flat int64 records into the step table (see trainmon.protocol).
+
+        Record by record, except for the stretch of a batch where steps repeat one pattern (a train
+        batch then the step's boundary), which is folded in whole columns (see _fold_regular)."""
         n = len(records) // 4
         self.records += n
         tags = records[0::4]
         t0s = records[1::4]
         t1s = records[2::4]
         vals = records[3::4]
-        for i in range(n):
+        lo = 0
+        if n >= 2 * FAST_MIN_STEPS and self.mode != "next":
+            # Record by record up to the first step boundary, so the regular stretch starts just after one.
+            first = next((i for i in range(min(n, 8)) if tags[i] & 0xFF in (K_STEP, K_OPT)), None)
+            if first is not None:
+                self._apply_each(tags, t0s, t1s, vals, 0, first + 1)
+                lo = first + 1 + self._fold_regular(records, tags, first)
+        self._apply_each(tags, t0s, t1s, vals, lo, n)
+        for lst in (self.checkpoints, self.marks, self.phases, self.iter_starts):
+            if self._events_cap is not None and len(lst) > self._events_cap:
+                del lst[: len(lst) - self._events_cap]
+        if n:
+            self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
+
+    def _fold_regular(self, records: array, tags: array, boundary: int) -> int:
+        """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, while
+        they repeat [train wait, boundary] or, with explicit steps, [train wait, optimizer step, step];
+        returns how many records were folded (0 when the state or the batch does not allow it).
+
+        Gives the same steps and loader figures as _apply_each does record by record."""
+        lid = self._train
+        train = self.loaders.get(lid) if lid is not None else None
+        if (train is None or self._cur_start is None or self._cur_batches or self._cur_wait
+                or self._cur_exposed == self._cur_exposed or self._pending_wait
+                or self.steps.total < self._warm_until or not self._seen_any_wait):
+            return 0
+        n = len(tags)
+        end_tag = tags[boundary]
+        wait_tag = lid << 8 | K_WAIT
+        if self.mode == "explicit" and end_tag & 0xFF == K_STEP:
+            period = 3 if boundary + 2 < n and tags[boundary + 2] & 0xFF == K_OPT else 2
+        elif self.mode == "opt" and end_tag & 0xFF == K_OPT:
+            period = 2
+        else:
+            return 0
+        pattern = [wait_tag, tags[boundary + 2], end_tag] if period == 3 else [wait_tag, end_tag]
+        lo = boundary + 1
+        m = (n - lo) // period
+        hi = lo + m * period
+        if m < FAST_MIN_STEPS or any(tags[lo + q:hi:period].count(tag) != m for q, tag in enumerate(pattern)):
+            return 0
+        t0s = records[4 * lo + 1:4 * hi:4]
+        t1s = records[4 * lo + 2:4 * hi:4]
+        ns = NS.__mul__
+        end = array("d", map(ns, t0s[period - 1::period]))
+        start = array("d", [self._cur_start])
+        start.extend(end[:-1])
+        dur = array("d", map(operator.sub, end, start))
+        raw_wait = array("d", map(operator.sub, map(ns, t1s[0::period]), map(ns, t0s[0::period])))
+        wait = array("d", map(min, raw_wait, dur))
+        batch = train.config.get("batch_size")
+        self.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
+        train.batches += m
+        train.wait_s = sum(raw_wait, train.wait_s)
+        self._last_wait_loader = lid
+        self._cur_start = self._last_end = end[-1]
+        return m * period
+
+    def _apply_each(self, tags: array, t0s: array, t1s: array, vals: array, lo: int, hi: int) -> None:
+        for i in range(lo, hi):
             tag = tags[i]
             kind = tag & 0xFF
             t0 = t0s[i] * NS
@@ -222,11 +316,6 @@ class Run:
             elif kind == K_EXPOSED:
                 exposed = vals[i] * NS
                 self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
-        for lst in (self.checkpoints, self.marks, self.phases, self.iter_starts):
-            if self._events_cap is not None and len(lst) > self._events_cap:
-                del lst[: len(lst) - self._events_cap]
-        if n:
-            self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
 
     def _add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge

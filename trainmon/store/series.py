@@ -8,21 +8,30 @@ from collections.abc import Iterator
 
 
 class Series:
-    """Samples ``(t, value)`` in time order; ``nan`` marks a value that was not available."""
+    """Samples ``(t, value)`` in time order; ``nan`` marks a value that was not available.
 
-    __slots__ = ("cap", "times", "values")
+    Bounded by count (``cap``) and by age (``keep_s``: samples older than that behind the newest go,
+    a fifth at a time so the cost is amortised); ``None`` keeps everything."""
 
-    def __init__(self, cap: int | None = 20_000) -> None:
+    __slots__ = ("cap", "keep_s", "times", "values")
+
+    def __init__(self, cap: int | None = 20_000, keep_s: float | None = None) -> None:
         self.cap = cap
+        self.keep_s = keep_s
         self.times = array("d")
         self.values = array("d")
 
     def append(self, t: float, value: float) -> None:
-        self.times.append(t)
+        times = self.times
+        times.append(t)
         self.values.append(value)
-        if self.cap is not None and len(self.times) > self.cap:
-            drop = len(self.times) - self.cap + self.cap // 4
-            del self.times[:drop]
+        if self.cap is not None and len(times) > self.cap:
+            drop = len(times) - self.cap + self.cap // 4
+            del times[:drop]
+            del self.values[:drop]
+        if self.keep_s is not None and t - times[0] > self.keep_s * 1.2:
+            drop = bisect_left(times, t - self.keep_s)
+            del times[:drop]
             del self.values[:drop]
 
     def __len__(self) -> int:

@@ -27,14 +27,20 @@ class Ingest(Protocol):
 
 MAX_ENDED_RUNS = 32  # a live store forgets the oldest ended runs beyond this (a monitor left running for days)
 SERIES_IDLE_S = 1200.0  # ... and series nobody has updated for this long (processes long gone; the TUI shows 15 min)
+SERIES_KEEP_S = 1200.0  # ... and samples older than this (the TUI's longest window is 15 min; a recording keeps all)
 SERIES_SWEEP_S = 60.0
+# Step rows (~65 B each) all runs of a live store share: one run keeps up to its cap (200 000 steps), 16 fast
+# ranks on one host ~37 000 each, which still covers the diagnosis window (20 s) at 1000 steps/s.
+STEP_BUDGET = 600_000
+MIN_RUN_STEPS = 20_000
 
 
 class Store:
     """Thread-safe: writers and readers take ``lock``. ``cap=None`` keeps everything (reports);
     a capped store is bounded: rings per run and series, and old ended runs and idle series dropped."""
 
-    def __init__(self, cap: int | None = 200_000, series_cap: int | None = 20_000) -> None:
+    def __init__(self, cap: int | None = 200_000, series_cap: int | None = 20_000,
+                 series_keep_s: float | None = SERIES_KEEP_S) -> None:
         self.lock = threading.RLock()
         self.runs: dict[int, Run] = {}
         self.series: dict[str, Series] = {}
@@ -43,6 +49,7 @@ class Store:
         self.last_t: float | None = None
         self._cap = cap
         self._series_cap = series_cap
+        self._series_keep_s = series_keep_s if series_cap is not None else None
         self._seen: dict[int, _Seen] = {}  # per run: counts of what this store ingested (continuity)
         self._next_sweep = -math.inf
 
@@ -60,6 +67,7 @@ class Store:
             run = self.runs.get(run_id)
             if run is None:
                 run = self.runs[run_id] = Run(run_id, hello, t, self._cap)
+                self._share_step_budget()
             else:  # the same run reconnected (a restarted monitor or a dropped connection)
                 run.hello = hello
                 run.connected = True
@@ -136,6 +144,17 @@ class Store:
         for run in ended[: max(0, len(ended) - MAX_ENDED_RUNS)]:
             del self.runs[run.id]
             self._seen.pop(run.id, None)  # if it comes back, its hello's counts carry it on
+        self._share_step_budget()
+
+    def _share_step_budget(self) -> None:
+        """Each run's step table gets an equal share of STEP_BUDGET (within [MIN_RUN_STEPS, cap]):
+        a monitor's memory does not grow with the number of ranks it watches."""
+        if self._cap is None:
+            return
+        share = max(MIN_RUN_STEPS, min(self._cap, STEP_BUDGET // max(1, len(self.runs))))
+        for run in self.runs.values():
+            run.steps.cap = share
+            run.steps.trim()
 
     def sample(self, t: float, values: dict[str, float]) -> None:
         with self.lock:
@@ -143,7 +162,7 @@ class Store:
             for name, value in values.items():
                 series = self.series.get(name)
                 if series is None:
-                    series = self.series[name] = Series(self._series_cap)
+                    series = self.series[name] = Series(self._series_cap, self._series_keep_s)
                 series.append(t, float(value) if value is not None else math.nan)
             if self._series_cap is not None and t >= self._next_sweep:
                 self._next_sweep = t + SERIES_SWEEP_S
