@@ -73,17 +73,31 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
 LIMITING_THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
+_DISK_UTIL = re.compile(r"disk\.([^.]+)\.util_pct$")
+_GPU_UTIL = re.compile(r"gpu\.(\d+)\.util$")
+
+
+def host_index(store: Store) -> tuple[list[str], list[int]]:
+    """The disks and GPU indices the store has series of; rescanned only when its set of series changes."""
+    hit = store.derived.get("host_index")
+    if hit is not None and hit[0] == store.series_version:
+        return hit[1], hit[2]
+    disks = [m.group(1) for n in store.series if (m := _DISK_UTIL.match(n))]
+    gpus = sorted({int(m.group(1)) for n in store.series if (m := _GPU_UTIL.match(n))})
+    store.derived["host_index"] = (store.series_version, disks, gpus)
+    return disks, gpus
+
+
 def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
     ev = Evidence(proc_evidence(store, run.pid, t0, t1))
     ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
-    for name in store.series:
-        if (mt := re.match(r"disk\.([^.]+)\.util_pct$", name)) is not None:
-            util = mean(store.values_between(name, t0, t1))
-            if util == util and not util <= (ev.disk_util_max if ev.disk_util_max == ev.disk_util_max else -1):
-                ev.disk_util_max = util
-                ev.disk_busiest = mt.group(1)
-                ev.disk_await_max = mean(store.values_between(f"disk.{mt.group(1)}.r_await_ms", t0, t1))
-    gpus = sorted({int(mt.group(1)) for n in store.series if (mt := re.match(r"gpu\.(\d+)\.util$", n))})
+    disks, gpus = host_index(store)
+    for disk in disks:
+        util = mean(store.values_between(f"disk.{disk}.util_pct", t0, t1))
+        if util == util and not util <= (ev.disk_util_max if ev.disk_util_max == ev.disk_util_max else -1):
+            ev.disk_util_max = util
+            ev.disk_busiest = disk
+            ev.disk_await_max = mean(store.values_between(f"disk.{disk}.r_await_ms", t0, t1))
     used = [g for g in gpus if f"proc.{run.pid}.gpu_mem_mb" in store.series] or gpus
     ev.gpus = used
     if used:

@@ -236,12 +236,13 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     if w.steps < th.min_steps or _nan(w.step_p50_s):
         return None
     limit = w.step_p50_s * th.long_step_factor
-    longest = w.long_steps(limit)  # exact and C-level: most windows have no candidate at all
-    if len(longest) < 2 or math.fsum(e - s for s, e, _ in longest) < th.periodic_share * w.step_time_s:
+    longest = w.long_durations(limit)  # exact and C-level: most windows have no candidate at all
+    if len(longest) < 2 or math.fsum(longest) < th.periodic_share * w.step_time_s:
         return None
     # Long steps spent mostly waiting on data are an input problem; those overlapping a save are a
     # checkpoint problem: neither is a periodic stall.
-    long_steps = [(s, e) for s, e, wait in longest if wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)]
+    long_steps = [(s, e) for s, e, wait in w.long_steps(limit)
+                  if wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)]
     if len(long_steps) < 2:
         return None
     long_time = sum(e - s for s, e in long_steps)

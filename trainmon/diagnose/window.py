@@ -64,16 +64,23 @@ class RunWindow:
         steps, first, stop, mask = self._rows
         offset = steps.total - len(steps)  # steps trimmed from the table since the window was taken
         i, j = max(0, first - offset), max(0, stop - offset)
-        cols = (steps.start[i:j], steps.end[i:j], steps.dur[i:j], steps.wait[i:j])
+        cols = (steps.start, steps.end, steps.dur, steps.wait)
         if mask is None:
-            return cols
-        mask = mask[len(mask) - (j - i):] if j > i else b""
-        return tuple(array("d", itertools.compress(c, mask)) for c in cols)  # type: ignore[return-value]
+            return tuple(c[i:j] for c in cols)  # type: ignore[return-value]
+        segments = _segments(mask[len(mask) - (j - i):] if j > i else b"")
+        return tuple(_pick(c, i, segments) for c in cols)  # type: ignore[return-value]
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
         """Each steady step's (start, end) and wait."""
         start, end, _, wait = self.columns()
         return list(zip(start, end, strict=True)), wait.tolist()
+
+    def long_durations(self, limit: float) -> list[float]:
+        """Durations of the steady steps longer than ``limit`` s, exactly (no sampling)."""
+        if not self.steps or not self.step_max_s > limit:
+            return []
+        dur = self.columns()[2]
+        return list(itertools.compress(dur, map(limit.__lt__, dur)))
 
     def long_steps(self, limit: float) -> list[tuple[float, float, float]]:
         """(start, end, wait) of every steady step longer than ``limit`` s, exactly (no sampling)."""
@@ -184,11 +191,12 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
         w.warm_steps = sum(map(operator.and_, ours, warm))
     offset = steps.total - len(steps)
     w._rows = (steps, i + offset, j + offset, mask)
-    end, dur, wait, samples, exposed = (steps.end[i:j], steps.dur[i:j], steps.wait[i:j], steps.samples[i:j],
-                                        steps.exposed[i:j])
-    if mask is not None:
-        end, dur, wait, exposed = (array("d", itertools.compress(c, mask)) for c in (end, dur, wait, exposed))
-        samples = array("l", itertools.compress(samples, mask))
+    cols = (steps.end, steps.dur, steps.wait, steps.samples, steps.exposed)
+    if mask is None:
+        end, dur, wait, samples, exposed = (c[i:j] for c in cols)
+    else:
+        segments = _segments(mask)
+        end, dur, wait, samples, exposed = (_pick(c, i, segments) for c in cols)
     m = len(end)
     w.steps = m
     if not m:
@@ -209,6 +217,32 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
 
 
 _NAN8 = array("d", [math.nan]).tobytes()
+
+
+def _segments(mask: bytes) -> list[tuple[int, int]]:
+    """The runs of ones in a 0/1 byte mask as [start, stop) pairs (warm-up and loader switches are rare,
+    so a window's steady steps are a few long runs)."""
+    out = []
+    pos, n = 0, len(mask)
+    while pos < n:
+        a = mask.find(1, pos)
+        if a < 0:
+            break
+        b = mask.find(0, a)
+        b = n if b < 0 else b
+        out.append((a, b))
+        pos = b
+    return out
+
+
+def _pick(col: array, base: int, segments: list[tuple[int, int]]) -> array:
+    if len(segments) == 1:
+        a, b = segments[0]
+        return col[base + a:base + b]
+    out = array(col.typecode)
+    for a, b in segments:
+        out += col[base + a:base + b]
+    return out
 
 
 def _sorted_quantile(ordered: list[float], q: float) -> float:

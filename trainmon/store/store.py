@@ -52,6 +52,8 @@ class Store:
         self._series_keep_s = series_keep_s if series_cap is not None else None
         self._seen: dict[int, _Seen] = {}  # per run: counts of what this store ingested (continuity)
         self._next_sweep = -math.inf
+        self.series_version = 0  # changes whenever a series is added or dropped (for caches of series names)
+        self.derived: dict[str, Any] = {}  # readers' caches of figures derived from the store, keyed by their name
 
     def _touch(self, t: float) -> None:
         if self.first_t is None or t < self.first_t:
@@ -163,11 +165,13 @@ class Store:
                 series = self.series.get(name)
                 if series is None:
                     series = self.series[name] = Series(self._series_cap, self._series_keep_s)
+                    self.series_version += 1
                 series.append(t, float(value) if value is not None else math.nan)
             if self._series_cap is not None and t >= self._next_sweep:
                 self._next_sweep = t + SERIES_SWEEP_S
                 for name in [n for n, s in self.series.items() if s.times and s.times[-1] < t - SERIES_IDLE_S]:
                     del self.series[name]
+                    self.series_version += 1
 
     def meta(self, t: float, meta: dict[str, Any]) -> None:
         with self.lock:
