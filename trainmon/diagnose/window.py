@@ -29,7 +29,7 @@ def mean(values) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
-MAX_DETAIL = 4096  # the step-time quantiles of a longer window come from an even sample of this many steps
+MAX_DETAIL = 2048  # the step-time quantiles of a longer window come from an even sample of at most this many
 
 
 @dataclass
@@ -185,10 +185,13 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
     n = j - i
     loaders, warm = steps.loader[i:j], steps.warm[i:j]
     mask = None
-    if loaders.count(current) != n or warm.count(0) != n:
+    if loaders.count(current) != n:
         ours = bytes(map(current.__eq__, loaders))
         mask = bytes(map(operator.and_, ours, map(operator.not_, warm)))
         w.warm_steps = sum(map(operator.and_, ours, warm))
+    elif warm.count(0) != n:
+        mask = warm.tobytes().translate(_FLIP)
+        w.warm_steps = n - mask.count(1)
     offset = steps.total - len(steps)
     w._rows = (steps, i + offset, j + offset, mask)
     cols = (steps.end, steps.dur, steps.wait, steps.samples, steps.exposed)
@@ -201,15 +204,15 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
     w.steps = m
     if not m:
         return
-    w.step_time_s = math.fsum(dur)
-    w.wait_s = math.fsum(wait)
+    w.step_time_s = sum(dur)
+    w.wait_s = sum(wait)
     w.samples = sum(samples)
     w.last_end = end[-1]
     if exposed.tobytes() != _NAN8 * m:
         measured = [x for x in exposed if x == x]
         w.exposed_s = math.fsum(measured)
         w.exposed_steps = len(measured)
-    stride = -(-m // MAX_DETAIL)
+    stride = _stride(m)
     ordered = w.sorted_durations = sorted(dur[::stride] if stride > 1 else dur)
     w.step_p50_s = _sorted_quantile(ordered, 0.5)
     w.step_p95_s = _sorted_quantile(ordered, 0.95)
@@ -217,6 +220,17 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
 
 
 _NAN8 = array("d", [math.nan]).tobytes()
+_FLIP = bytes([1, 0]) + bytes(254)  # warm flag -> steady flag
+# Sampling strides are primes, so a loop that is slow every 10th, 50th or 100th step is sampled at every phase.
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101,
+           127, 151, 199, 251, 307, 401, 503, 601, 701, 809, 907, 1009)
+
+
+def _stride(m: int) -> int:
+    need = -(-m // MAX_DETAIL)
+    if need <= 1:
+        return 1
+    return next((p for p in _PRIMES if p >= need), need)
 
 
 def _segments(mask: bytes) -> list[tuple[int, int]]:
