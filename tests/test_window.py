@@ -90,3 +90,25 @@ def test_window_columns_survive_the_table_being_trimmed():
     run.steps.trim()
     after = w.spans_and_waits()[0]
     assert after and after == before[len(before) - len(after):]
+
+
+def test_long_steps_stay_exact_as_the_window_slides_and_the_median_moves():
+    """The incremental scan for long steps against a full scan, tick by tick: the table grows and is
+    trimmed, and the step time changes (so the long-step limit falls and rises)."""
+    run = Run(1, {"pid": 1}, 0.0, cap=3_000)
+    run.apply_info({"loader": {"id": 1, "batch_size": 4}})
+    t = 10**9
+    for tick in range(40):
+        base = (1_000 if tick < 15 else 400 if tick < 25 else 3_000) * US
+        recs: list[int] = []
+        for k in range(500):
+            step = base * (7 if k % 37 == 0 else 2 if k % 11 == 0 else 1)
+            recs += [1 << 8 | P.K_WAIT, t, t + 50 * US, 0, P.K_STEP, t + step, t + step, 0]
+            t += step
+        run.apply_events(array("q", recs))
+        end = run.steps.end[-1]
+        w = run_window(run, end - 1.5, end)
+        for limit in (w.step_p50_s * 1.5, w.step_p50_s * 3, w.step_p50_s * 5):
+            start, stop, dur, _ = w.columns()
+            expected = [(s, e) for s, e, d in zip(start, stop, dur, strict=True) if d > limit]
+            assert [(s, e) for s, e, _ in w.long_steps(limit)] == expected, (tick, limit)

@@ -6,10 +6,11 @@ import itertools
 import math
 import operator
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmon.store.run import Run
+from trainmon.store.run import Run, Steps
 from trainmon.store.store import Store
 
 
@@ -29,6 +30,8 @@ def mean(values) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
+LONG_MARGIN = 0.8  # a rescan keeps steps over 0.8× the limit, so a median that drops a little needs no rescan
+LONG_SLACK = 0.6  # ... and rescans once the limit has risen so far that candidates over 0.6× it would pile up
 MAX_DETAIL = 2048  # the step-time quantiles of a longer window come from an even sample of at most this many
 
 
@@ -77,18 +80,25 @@ class RunWindow:
 
     def long_durations(self, limit: float) -> list[float]:
         """Durations of the steady steps longer than ``limit`` s, exactly (no sampling)."""
-        if not self.steps or not self.step_max_s > limit:
-            return []
-        dur = self.columns()[2]
-        return list(itertools.compress(dur, map(limit.__lt__, dur)))
+        return [d for _, d in self._long_rows(limit)]
 
     def long_steps(self, limit: float) -> list[tuple[float, float, float]]:
         """(start, end, wait) of every steady step longer than ``limit`` s, exactly (no sampling)."""
-        if not self.steps or not self.step_max_s > limit:
+        if self._rows is None:
             return []
-        start, end, dur, wait = self.columns()
-        picked = itertools.compress(range(len(dur)), map(limit.__lt__, dur))
-        return [(start[k], end[k], wait[k]) for k in picked]
+        steps = self._rows[0]
+        offset = steps.total - len(steps)
+        return [(steps.start[g - offset], steps.end[g - offset], steps.wait[g - offset])
+                for g, _ in self._long_rows(limit) if g >= offset]
+
+    def _long_rows(self, limit: float) -> list[tuple[int, float]]:
+        if not self.steps or not self.step_max_s > limit or self._rows is None:
+            return []
+        steps, first, stop, mask = self._rows
+        rows = long_candidates(steps, limit)
+        lo = bisect_left(rows, (first, -math.inf))
+        hi = bisect_left(rows, (stop, -math.inf))
+        return [(g, d) for g, d in rows[lo:hi] if d > limit and (mask is None or mask[g - first])]
 
     @property
     def exposed_fraction(self) -> float:
@@ -231,6 +241,31 @@ def _stride(m: int) -> int:
     if need <= 1:
         return 1
     return next((p for p in _PRIMES if p >= need), need)
+
+
+def long_candidates(steps: Steps, limit: float) -> list[tuple[int, float]]:
+    """(global index, duration) of every step in the table longer than a threshold at most ``limit``.
+
+    Kept on the table and extended with the steps added since the last call, so a window that slides
+    by a second looks at a second of new steps, not at all of them. Rescanned when the threshold is
+    too far below ``limit`` (candidates would pile up) or above it, or the table was cleared."""
+    offset = steps.total - len(steps)
+    cache = steps.scan
+    if cache is None or not (LONG_SLACK * limit <= cache[0] <= limit) or cache[1] > steps.total:
+        threshold, scanned, rows = LONG_MARGIN * limit, offset, []
+    else:
+        threshold, scanned, rows = cache
+        if rows and rows[0][0] < offset:  # trimmed off the table
+            rows = rows[bisect_left(rows, (offset, -math.inf)):]
+    scanned = max(scanned, offset)
+    if scanned < steps.total:
+        new = steps.dur[scanned - offset:]
+        over = bytes(map(threshold.__lt__, new))
+        if over.count(1):
+            rows.extend(zip(itertools.compress(range(scanned, steps.total), over), itertools.compress(new, over),
+                            strict=True))
+    steps.scan = (threshold, steps.total, rows)
+    return rows
 
 
 def _segments(mask: bytes) -> list[tuple[int, int]]:

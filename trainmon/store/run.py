@@ -54,7 +54,7 @@ class Steps:
     ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
     ``total`` counts every step ever completed."""
 
-    __slots__ = ("cap", "dur", "end", "exposed", "loader", "samples", "start", "total", "wait", "warm")
+    __slots__ = ("cap", "dur", "end", "exposed", "loader", "samples", "scan", "start", "total", "wait", "warm")
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -67,6 +67,7 @@ class Steps:
         self.warm = array("b")
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.total = 0  # steps ever completed (the table itself may be trimmed)
+        self.scan: tuple | None = None  # the diagnosis's incremental scan for long steps (see diagnose.window)
 
     def _columns(self) -> tuple[array, ...]:
         return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
@@ -112,6 +113,7 @@ class Steps:
         for col in self._columns():
             del col[:]
         self.total = 0
+        self.scan = None
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""
