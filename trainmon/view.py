@@ -488,20 +488,21 @@ def step_buckets(run: Run, edges: Sequence[float]) -> tuple[list[float], list[fl
     step_span = max(dt, STEP_SPAN_S)
     rate_span = max(dt, RATE_SPAN_S)
     last_end = s.end[-1]
+    cum_dur, cum_wait, cum_samples = s.prefix_sums()  # O(1) per bucket however many steps it holds
     for k, ((i, j), (ri, rj)) in enumerate(zip(_step_slices(run, edges, step_span),
                                                _step_slices(run, edges, rate_span), strict=True)):
         if j > i:
             cnt = j - i
-            dur = sum(s.end[i:j]) - sum(s.start[i:j])
-            w = sum(s.wait[i:j])
+            dur = cum_dur[j] - cum_dur[i]
+            w = cum_wait[j] - cum_wait[i]
             wait_ms[k] = w / cnt * 1e3
             compute_ms[k] = max(0.0, dur - w) / cnt * 1e3
         elif k and wait_ms[k - 1] == wait_ms[k - 1] and edges[k + 1] <= last_end + 3 * step_span:
             wait_ms[k], compute_ms[k] = wait_ms[k - 1], compute_ms[k - 1]
         if rj > ri:
-            dur = sum(s.end[ri:rj]) - sum(s.start[ri:rj])
-            rate[k] = sum(s.samples[ri:rj]) / rate_span
-            wait_pct[k] = sum(s.wait[ri:rj]) / dur * 100.0 if dur > 0 else NAN
+            dur = cum_dur[rj] - cum_dur[ri]
+            rate[k] = (cum_samples[rj] - cum_samples[ri]) / rate_span
+            wait_pct[k] = (cum_wait[rj] - cum_wait[ri]) / dur * 100.0 if dur > 0 else NAN
         elif k and rate[k - 1] == rate[k - 1] and edges[k + 1] <= last_end + rate_span:
             rate[k], wait_pct[k] = rate[k - 1], wait_pct[k - 1]
     return wait_ms, compute_ms, rate, wait_pct

@@ -32,7 +32,7 @@ def mean(values) -> float:
 
 LONG_MARGIN = 0.8  # a rescan keeps steps over 0.8× the limit, so a median that drops a little needs no rescan
 LONG_SLACK = 0.6  # ... and rescans once the limit has risen so far that candidates over 0.6× it would pile up
-MAX_DETAIL = 2048  # the step-time quantiles of a longer window come from an even sample of at most this many
+MAX_DETAIL = 1024  # the step-time quantiles of a longer window come from an even sample of at most this many
 
 
 @dataclass
@@ -47,7 +47,6 @@ class RunWindow:
     samples: int = 0
     step_p50_s: float = math.nan
     step_p95_s: float = math.nan
-    step_max_s: float = math.nan
     checkpoint_s: float = 0.0
     checkpoints: int = 0
     last_end: float = math.nan
@@ -92,7 +91,7 @@ class RunWindow:
                 for g, _ in self._long_rows(limit) if g >= offset]
 
     def _long_rows(self, limit: float) -> list[tuple[int, float]]:
-        if not self.steps or not self.step_max_s > limit or self._rows is None:
+        if not self.steps or self._rows is None:
             return []
         steps, first, stop, mask = self._rows
         rows = long_candidates(steps, limit)
@@ -204,29 +203,26 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
         w.warm_steps = n - mask.count(1)
     offset = steps.total - len(steps)
     w._rows = (steps, i + offset, j + offset, mask)
-    cols = (steps.end, steps.dur, steps.wait, steps.samples, steps.exposed)
-    if mask is None:
-        end, dur, wait, samples, exposed = (c[i:j] for c in cols)
-    else:
-        segments = _segments(mask)
-        end, dur, wait, samples, exposed = (_pick(c, i, segments) for c in cols)
-    m = len(end)
+    segments = [(0, n)] if mask is None else _segments(mask)
+    m = sum(b - a for a, b in segments)
     w.steps = m
     if not m:
         return
-    w.step_time_s = sum(dur)
-    w.wait_s = sum(wait)
-    w.samples = sum(samples)
-    w.last_end = end[-1]
+    cum_dur, cum_wait, cum_samples = steps.prefix_sums()  # sums in O(1) per run of steady steps
+    w.step_time_s = sum(cum_dur[i + b] - cum_dur[i + a] for a, b in segments)
+    w.wait_s = sum(cum_wait[i + b] - cum_wait[i + a] for a, b in segments)
+    w.samples = round(sum(cum_samples[i + b] - cum_samples[i + a] for a, b in segments))
+    w.last_end = steps.end[i + segments[-1][1] - 1]
+    exposed = _pick(steps.exposed, i, segments)
     if exposed.tobytes() != _NAN8 * m:
         measured = [x for x in exposed if x == x]
         w.exposed_s = math.fsum(measured)
         w.exposed_steps = len(measured)
+    dur = _pick(steps.dur, i, segments)
     stride = _stride(m)
     ordered = w.sorted_durations = sorted(dur[::stride] if stride > 1 else dur)
     w.step_p50_s = _sorted_quantile(ordered, 0.5)
     w.step_p95_s = _sorted_quantile(ordered, 0.95)
-    w.step_max_s = max(dur)
 
 
 _NAN8 = array("d", [math.nan]).tobytes()

@@ -10,6 +10,7 @@ The train loader is the most iterated one; the others are eval/other phases.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from array import array
 from bisect import bisect_left, bisect_right
@@ -54,7 +55,7 @@ class Steps:
     ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
     ``total`` counts every step ever completed."""
 
-    __slots__ = ("cap", "dur", "end", "exposed", "loader", "samples", "scan", "start", "total", "wait", "warm")
+    __slots__ = ("_cum", "cap", "dur", "end", "exposed", "loader", "samples", "scan", "start", "total", "wait", "warm")
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -68,6 +69,7 @@ class Steps:
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.total = 0  # steps ever completed (the table itself may be trimmed)
         self.scan: tuple | None = None  # the diagnosis's incremental scan for long steps (see diagnose.window)
+        self._cum: list | None = None  # running sums (see prefix_sums)
 
     def _columns(self) -> tuple[array, ...]:
         return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
@@ -114,6 +116,27 @@ class Steps:
             del col[:]
         self.total = 0
         self.scan = None
+        self._cum = None
+
+    def prefix_sums(self) -> tuple[array, array, array]:
+        """Running sums of duration, wait and samples: ``cum[j] - cum[i]`` is the sum over rows [i, j).
+
+        Extended with the rows added since the last call and trimmed with the table, so a chart or a
+        window sums any range in O(1) however many steps it spans."""
+        offset = self.total - len(self.end)
+        c = self._cum
+        if c is None or c[0] > offset or c[0] + len(c[1]) - 1 > self.total:
+            c = self._cum = [offset, array("d", [0.0]), array("d", [0.0]), array("d", [0.0])]
+        first, cum_dur, cum_wait, cum_samples = c
+        if first < offset:
+            for col in (cum_dur, cum_wait, cum_samples):
+                del col[:offset - first]
+            c[0] = offset
+        done = len(cum_dur) - 1  # rows summed so far, from the table's head
+        if done < len(self.end):
+            for cum, col in ((cum_dur, self.dur), (cum_wait, self.wait), (cum_samples, self.samples)):
+                cum.extend(itertools.islice(itertools.accumulate(col[done:], initial=cum[-1]), 1, None))
+        return cum_dur, cum_wait, cum_samples
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""
