@@ -307,7 +307,8 @@ class Run:
         start.extend(end[:-1])
         dur = array("d", map(operator.sub, end, start))
         raw_wait = array("d", map(operator.sub, map(ns, t1s[0::period]), map(ns, t0s[0::period])))
-        wait = array("d", map(min, raw_wait, dur))
+        # A wait is longer than its step only when it began before the step did (rare): cap those.
+        wait = array("d", map(min, raw_wait, dur)) if any(map(operator.gt, raw_wait, dur)) else raw_wait
         batch = train.config.get("batch_size")
         self.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
         train.batches += m
