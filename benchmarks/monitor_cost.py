@@ -11,7 +11,8 @@ agents (they reconnect by themselves), and glances' own curses screen in another
 CPU is each process's utime+stime over the window (all its threads); RSS from /proc/PID/statm; "flat" is the
 least-squares RSS slope over the window.
 
-    python benchmarks/monitor_cost.py [--seconds 30] [--soak-minutes M] [--agents 16] [--json FILE]
+    python benchmarks/monitor_cost.py [--seconds 30] [--soak-minutes M] [--agents 16] [--rate 1000]
+        [--phases record,tui] [--label TEXT] [--json FILE]
 """
 
 from __future__ import annotations
@@ -222,16 +223,18 @@ def measure(args: argparse.Namespace) -> list[Row]:
         context = (f"{args.agents} agents × {args.rate:g} steps/s ({delivered} steps ingested in the phase), 8 fake "
                    f"GPUs, {summary.get('series', '?')} series, {args.tracked} + {args.agents} tracked pids; "
                    f"host: {summary.get('context', '')}")
-        rows += cost_rows("recorder (trainmon record, 1 s)", 2.0, rec, glances, context)
-        why_not = tui_available()
-        if why_not is None:
+        rows += cost_rows(f"recorder (trainmon record, 1 s){args.label}", 2.0, rec, glances, context)
+        why_not = tui_available() if "tui" in args.phases else "not asked for (--phases)"
+        if "tui" not in args.phases:
+            pass
+        elif why_not is None:
             tui, gl_screen, screen = phase_tui(load, args)
             if not tui.t or len(tui.t) < 2:
                 rows.append(Row("TUI (trainmon, 1 s, tmux)", "≤ 4 %", "failed", met=False,
                                 note=f"the TUI did not keep running; its screen: {screen[-300:]!r}"))
             else:
-                rows += cost_rows("TUI (trainmon in tmux, 1 s)", 4.0, tui, gl_screen, "same load; glances' curses "
-                                  "screen in a second tmux session")
+                rows += cost_rows(f"TUI (trainmon in tmux, 1 s){args.label}", 4.0, tui, gl_screen, "same load; "
+                                  "glances' curses screen in a second tmux session")
         else:
             rows.append(Row("TUI (trainmon in tmux, 1 s): CPU", "≤ 4 %", "not run", note=why_not))
     finally:
@@ -247,7 +250,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30.0, help="measurement window per phase")
     ap.add_argument("--soak-minutes", type=float, default=0.0, help="a long window instead (RSS flatness)")
-    ap.add_argument("--warmup", type=float, default=8.0)
+    # Long enough for the monitor's step tables to reach their budget (16 runs × 1000 steps/s: ~40 s), so the
+    # window measures the steady state; a --soak-minutes run shows the same over half an hour.
+    ap.add_argument("--warmup", type=float, default=45.0)
+    ap.add_argument("--phases", default="record,tui", help="which monitors to measure: record, tui or both")
+    ap.add_argument("--label", default="", help="appended to each row's figure (for a second load)")
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--agents", type=int, default=16)
     ap.add_argument("--rate", type=float, default=1000.0, help="steps per second per agent")
@@ -256,6 +263,7 @@ def main() -> int:
     add_json_arg(ap)
     args = ap.parse_args()
     args.window = args.soak_minutes * 60 if args.soak_minutes else args.seconds
+    args.phases = {p.strip() for p in args.phases.split(",")}
     rows = measure(args)
     print_rows(rows)
     write_rows(args.json, rows)

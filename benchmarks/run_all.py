@@ -30,16 +30,20 @@ def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
         "agent_overhead": [],
         "vs_traceml": [],
         "monitor_cost": cost,
+        # The same recorder at an everyday load, for scale: 8 ranks at 10 steps/s, 32 workers.
+        "monitor_cost:typical": ["--agents", "8", "--rate", "10", "--tracked", "32", "--phases", "record",
+                                 "--warmup", "15", "--label", ", 8 ranks × 10 steps/s"],
         "ingest": [],
         "recording_size": [],
     }
 
 
 def run_one(name: str, extra: list[str], tmp: str) -> tuple[list[Row], float]:
-    out = os.path.join(tmp, f"{name}.json")
+    out = os.path.join(tmp, f"{name.replace(':', '-')}.json")
     t0 = time.monotonic()
     print(f"== {name} {' '.join(extra)}", flush=True)
-    res = subprocess.run([PY, str(BENCH / f"{name}.py"), "--json", out, *extra], cwd=ROOT)
+    script = name.split(":")[0]
+    res = subprocess.run([PY, str(BENCH / f"{script}.py"), "--json", out, *extra], cwd=ROOT)
     took = time.monotonic() - t0
     if res.returncode != 0 or not os.path.exists(out):
         return [Row(f"{name}", "", "failed", met=False, note=f"exit status {res.returncode}")], took
@@ -87,7 +91,7 @@ def main() -> int:
     rows: list[Row] = []
     timings = []
     for name, extra in benchmarks(args.soak_minutes).items():
-        if args.only and name not in args.only:
+        if args.only and name not in args.only and name.split(":")[0] not in args.only:
             continue
         got, took = run_one(name, extra, tmp)
         rows += got

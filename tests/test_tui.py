@@ -108,7 +108,7 @@ async def test_panes_render_as_text_through_render_line():
         training = text(app.query_one("#training", ChartPane))
         assert training.splitlines()[0].startswith("── Training · train.py pid 4242 · bs 32 · 2 workers")
         step_rows = [ln for ln in training.splitlines()[1:5]]
-        assert step_rows[0].startswith("step ") and step_rows[1].startswith("100ms")
+        assert step_rows[0].startswith("step ") and step_rows[1].startswith("50ms")
         assert "step 50ms = wait 30ms + 20ms" in training and "data wait 60%" in training
         assert any(ch in training for ch in EIGHTHS[1:])  # bars were drawn
         gpu = text(app.query_one("#gpu", ChartPane))
@@ -533,3 +533,11 @@ def test_demo_command_in_a_terminal_shows_a_verdict_and_quits_cleanly():
     assert rc == 0 and "Traceback" not in shown
     assert "trainmon report" in shown  # the report follows the screen
 
+
+
+def test_chart_scale_is_not_pushed_up_by_float_noise():
+    from trainmon.tui.charts import nice_top
+
+    assert nice_top([0.05 * 1e3 + 1e-11]) == 50  # a 50 ms step, summed in floats
+    assert nice_top([50.5]) == 100
+    assert nice_top([0.2], floor=1.0) == 1

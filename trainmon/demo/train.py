@@ -213,7 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     step = 0
 
     def more() -> bool:
-        return step < args.steps if deadline is None else time.monotonic() < deadline
+        if deadline is None:
+            return step < args.steps
+        go = time.monotonic() < deadline
+        if distributed:
+            # Ranks reach the deadline a step apart: agree, or one would wait forever in the next all-reduce.
+            flag = torch.tensor([1 if go else 0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            go = bool(flag.item())
+        return go
 
     while more():
         it = iter(loader)

@@ -52,7 +52,7 @@ def nice_top(values: Sequence[float], floor: float = 1.0) -> float:
     peak = max(peak, floor)
     exp = 10 ** math.floor(math.log10(peak))
     for m in (1, 2, 5, 10):
-        if peak <= m * exp:
+        if peak <= m * exp * (1 + 1e-9):  # a 50 ms step summed in floats may come out a hair over 50
             return m * exp
     return 10 * exp
 
