@@ -137,3 +137,40 @@ def test_a_live_store_drops_series_nobody_updates():
     for t in range(60, int(SERIES_IDLE_S) + 240, 60):
         store.sample(float(t), {"cpu.busy": 5.0})
     assert "cpu.busy" in store.series and "proc.4242.cpu" not in store.series
+
+
+def test_a_live_store_keeps_twenty_minutes_of_each_series():
+    from trainmon.store.store import SERIES_KEEP_S
+
+    store = Store()
+    for t in range(0, 3 * int(SERIES_KEEP_S)):
+        store.sample(float(t), {"cpu.busy": float(t)})
+    times = store.series["cpu.busy"].times
+    assert times[-1] - times[0] <= SERIES_KEEP_S * 1.2 and times[-1] - times[0] >= SERIES_KEEP_S
+    report_store = Store(cap=None, series_cap=None)
+    for t in range(0, 3 * int(SERIES_KEEP_S), 10):
+        report_store.sample(float(t), {"cpu.busy": float(t)})
+    assert len(report_store.series["cpu.busy"]) == 3 * int(SERIES_KEEP_S) // 10  # a report keeps everything
+
+
+def test_runs_share_one_step_budget():
+    """Sixteen fast ranks hold no more steps between them than the budget; one run alone keeps its full cap."""
+    from trainmon.store.store import MIN_RUN_STEPS, STEP_BUDGET
+
+    def fill(store: Store, run_id: int, n: int) -> None:
+        store.hello(run_id, 0.0, dict(HELLO, pid=run_id, session=str(run_id)))
+        recs = array("q")
+        for k in range(n):
+            t = (k + 1) * 1_000_000
+            recs.extend((P.K_WAIT | 1 << 8, t - 500_000, t - 400_000, 0, P.K_STEP, t, t, 0))
+        store.events(run_id, 1.0, recs)
+
+    alone = Store()
+    fill(alone, 1, 150_000)
+    assert len(alone.runs[1].steps) == 150_000
+    many = Store()
+    for run_id in range(1, 17):
+        fill(many, run_id, 60_000)
+    held = [len(r.steps) for r in many.runs.values()]
+    assert sum(held) <= STEP_BUDGET and min(held) >= MIN_RUN_STEPS
+    assert all(r.steps.total == 60_000 for r in many.runs.values())  # counts are never trimmed

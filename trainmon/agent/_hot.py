@@ -1,11 +1,13 @@
 """The agent's per-batch and per-step path: clock reads and one append, nothing else.
 
-Every record is appended with a single ``array.extend`` of a 4-tuple, which is atomic under
-the GIL, so the sender thread can swap the buffer at any moment without tearing a record.
+Every record is packed by one C call and appended with a single ``array.frombytes``, which is
+atomic under the GIL, so the sender thread can swap the buffer at any moment without tearing a
+record. (``array.extend`` of a 4-tuple converts each item through argument parsing: ~2.5× the cost.)
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from array import array
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP
 
 _pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
 _buf = array("q")
+_rec = struct.Struct("4q").pack  # native order and size, as array("q") holds them
 
 
 def swap_buffer() -> array:
@@ -42,9 +45,9 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
             batch = orig(self)
         except StopIteration:
             # _trainmon_tag is K_WAIT | loader_id << 8; K_ITER_END == K_WAIT + 1.
-            _buf.extend((self._trainmon_tag + 1, t0, _pc(), 0))
+            _buf.frombytes(_rec(self._trainmon_tag + 1, t0, _pc(), 0))
             raise
-        _buf.extend((self._trainmon_tag, t0, _pc(), 0))
+        _buf.frombytes(_rec(self._trainmon_tag, t0, _pc(), 0))
         return batch
 
     __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
@@ -54,21 +57,21 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     t = _pc()
-    _buf.extend((K_OPT, t, t, 0))
+    _buf.frombytes(_rec(K_OPT, t, t, 0))
 
 
 def step() -> None:
     t = _pc()
-    _buf.extend((K_STEP, t, t, 0))
+    _buf.frombytes(_rec(K_STEP, t, t, 0))
 
 
 def mark(name_id: int) -> None:
     t = _pc()
-    _buf.extend((K_MARK | name_id << 8, t, t, 0))
+    _buf.frombytes(_rec(K_MARK | name_id << 8, t, t, 0))
 
 
 def span(kind: int, ident: int, t0: int, t1: int, value: int = 0) -> None:
-    _buf.extend((kind | ident << 8, t0, t1, value))
+    _buf.frombytes(_rec(kind | ident << 8, t0, t1, value))
 
 
 def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,7 +82,7 @@ def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return orig(*args, **kwargs)
         finally:
-            _buf.extend((K_CKPT, t0, _pc(), 0))
+            _buf.frombytes(_rec(K_CKPT, t0, _pc(), 0))
 
     save.__trainmon_original__ = orig  # type: ignore[attr-defined]
     save.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -103,4 +106,4 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         if self._ident >= 0:
-            _buf.extend((K_PHASE | self._ident << 8, self._t0, _pc(), 0))
+            _buf.frombytes(_rec(K_PHASE | self._ident << 8, self._t0, _pc(), 0))

@@ -55,7 +55,7 @@ FAST_CHUNK = 256 * 1024  # raw bytes per chunk above which compression trades si
 
 
 def encode_chunk(raw: bytes) -> bytes:
-    # A chunk is one second of data: a big one means a busy host, where level 1 costs a third of level 6's CPU.
+    # A chunk is half a second of data: a big one means a busy host, where level 1 costs a third of level 6's CPU.
     comp = zlib.compress(raw, 1 if len(raw) > FAST_CHUNK else 6)
     return CHUNK_HEAD.pack(CHUNK_MAGIC, len(raw), len(comp), zlib.crc32(comp)) + comp
 
