@@ -58,6 +58,8 @@ class AgentServer:
         self.rejected = 0
         self.protocol_errors = 0
         self.coalesce_s = COALESCE_S
+        self._recv_buf = bytearray(RECV_BYTES)
+        self._recv_view = memoryview(self._recv_buf)
         self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._conns: dict[int, _Conn] = {}
@@ -263,19 +265,21 @@ class AgentServer:
         return None
 
     def _read(self, conn: _Conn) -> None:
+        # Into one reused buffer: recv(256 KiB) would map and unmap a fresh 256 KiB object on every read.
         try:
-            data = conn.sock.recv(RECV_BYTES)
+            n = conn.sock.recv_into(self._recv_buf)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._close(conn, f"read error: {exc.strerror or exc}")
             return
-        if not data:
+        if not n:
             # No goodbye: the process was killed or the connection broke (it reconnects if alive).
             self._close(conn, conn.bye or "lost")
             return
         try:
-            self.feed(conn, data)
+            with self._recv_view[:n] as data:
+                self.feed(conn, data)
         except P.ProtocolError as exc:
             self.protocol_errors += 1
             log.warning("closing connection from %s: %s", conn.peer, exc)
@@ -285,7 +289,7 @@ class AgentServer:
             log.exception("closing connection from %s after an internal error", conn.peer)
             self._close(conn, f"internal error: {exc!r}")
 
-    def feed(self, conn: _Conn, data: bytes) -> None:
+    def feed(self, conn: _Conn, data: bytes | memoryview) -> None:
         """Parse and ingest what one connection sent; raises ProtocolError on hostile input."""
         for kind, payload in conn.reader.feed(data):
             self._handle(conn, kind, payload)

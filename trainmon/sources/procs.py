@@ -28,7 +28,7 @@ _IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": 
 _STATES = (b"R", b"S", b"D")
 # Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
 _NCOUNT = 8
-THREAD_READS_PER_S = 400  # the state sampler's budget: ~10 Hz for up to 40 threads, ~1 Hz for 400
+THREAD_READS_PER_S = 200  # the state sampler's budget: 10 Hz for up to 20 threads, 1 Hz for 200, slower beyond
 
 
 class _Gone(Exception):
