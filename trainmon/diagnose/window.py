@@ -214,13 +214,15 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
     w.samples = round(sum(cum_samples[i + b] - cum_samples[i + a] for a, b in segments))
     w.last_end = steps.end[i + segments[-1][1] - 1]
     exposed = _pick(steps.exposed, i, segments)
-    if exposed.tobytes() != _NAN8 * m:
+    if exposed.tobytes() != _NAN8 * m:  # some step in the window has a measured exposed wait (CUDA)
         measured = [x for x in exposed if x == x]
         w.exposed_s = math.fsum(measured)
         w.exposed_steps = len(measured)
-    dur = _pick(steps.dur, i, segments)
     stride = _stride(m)
-    ordered = w.sorted_durations = sorted(dur[::stride] if stride > 1 else dur)
+    sample = array("d")
+    for a, b in segments:  # strided straight off the table: a long window is never copied whole
+        sample += steps.dur[i + a:i + b:stride]
+    ordered = w.sorted_durations = sorted(sample)
     w.step_p50_s = _sorted_quantile(ordered, 0.5)
     w.step_p95_s = _sorted_quantile(ordered, 0.95)
 
