@@ -141,24 +141,18 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
-_MEMO: dict[int, tuple[tuple, RunWindow]] = {}  # per run: the latest window asked for
-_MEMO_MAX = 1024
-
-
 def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
     """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``.
 
-    Memoised per run (steps so far, window): the engine and the status line ask for the same window
+    Memoised on the run (steps so far, window): the engine and the status line ask for the same window
     every tick. Windows are read-only for their users.
     """
     key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
-    hit = _MEMO.get(id(run))
-    if hit is not None and hit[0] == key and hit[1].run is run:
+    hit = run.window_memo
+    if hit is not None and hit[0] == key:
         return hit[1]
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s)
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.clear()
-    _MEMO[id(run)] = (key, w)
+    run.window_memo = (key, w)
     return w
 
 

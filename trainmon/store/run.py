@@ -167,6 +167,7 @@ class Run:
         self.eval_wait_s = 0.0
         self.records = 0
         self._events_cap = cap
+        self.window_memo: tuple | None = None  # the diagnosis's latest window of this run (see diagnose.window)
         # step derivation state
         self.mode = "next"
         self._train: int | None = None
