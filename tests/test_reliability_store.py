@@ -139,7 +139,7 @@ def test_a_live_store_drops_series_nobody_updates():
     assert "cpu.busy" in store.series and "proc.4242.cpu" not in store.series
 
 
-def test_a_live_store_keeps_twenty_minutes_of_each_series():
+def test_a_live_store_keeps_the_last_minutes_of_each_series():
     from trainmon.store.store import SERIES_KEEP_S
 
     store = Store()

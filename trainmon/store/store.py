@@ -27,7 +27,7 @@ class Ingest(Protocol):
 
 MAX_ENDED_RUNS = 32  # a live store forgets the oldest ended runs beyond this (a monitor left running for days)
 SERIES_IDLE_S = 1200.0  # ... and series nobody has updated for this long (processes long gone; the TUI shows 15 min)
-SERIES_KEEP_S = 1200.0  # ... and samples older than this (the TUI's longest window is 15 min; a recording keeps all)
+SERIES_KEEP_S = 960.0  # ... and samples older than this (the TUI's longest window is 15 min; a recording keeps all)
 SERIES_SWEEP_S = 60.0
 # Step rows (~65 B each) all runs of a live store share: one run keeps up to its cap (200 000 steps), 16 fast
 # ranks on one host ~37 000 each, which still covers the diagnosis window (20 s) at 1000 steps/s.
