@@ -29,9 +29,10 @@ MAX_ENDED_RUNS = 32  # a live store forgets the oldest ended runs beyond this (a
 SERIES_IDLE_S = 1200.0  # ... and series nobody has updated for this long (processes long gone; the TUI shows 15 min)
 SERIES_KEEP_S = 960.0  # ... and samples older than this (the TUI's longest window is 15 min; a recording keeps all)
 SERIES_SWEEP_S = 60.0
-# Step rows (~65 B each) all runs of a live store share: one run keeps up to its cap (200 000 steps), 16 fast
-# ranks on one host ~37 000 each, which still covers the diagnosis window (20 s) at 1000 steps/s.
-STEP_BUDGET = 600_000
+# Step rows (~80 B each with their running sums) all runs of a live store share: one run keeps up to its cap
+# (200 000 steps), 16 fast ranks on one host 25 000 each, which still covers the diagnosis window (20 s) at
+# 1000 steps/s. Charts of such a run show the last 25 s of its steps; its counts are never trimmed.
+STEP_BUDGET = 400_000
 MIN_RUN_STEPS = 20_000
 
 
