@@ -30,8 +30,8 @@ SERIES_IDLE_S = 1200.0  # ... and series nobody has updated for this long (proce
 SERIES_KEEP_S = 960.0  # ... and samples older than this (the TUI's longest window is 15 min; a recording keeps all)
 SERIES_SWEEP_S = 60.0
 # Step rows (~80 B each with their running sums) all runs of a live store share: one run keeps up to its cap
-# (200 000 steps), 16 fast ranks on one host 25 000 each, which still covers the diagnosis window (20 s) at
-# 1000 steps/s. Charts of such a run show the last 25 s of its steps; its counts are never trimmed.
+# (200 000 steps), 16 fast ranks on one host 18 750 to 25 000 each (trimmed a quarter at a time), about the
+# diagnosis window (20 s) at 1000 steps/s. Charts of such a run show its last ~20 s of steps; counts are never trimmed.
 STEP_BUDGET = 400_000
 MIN_RUN_STEPS = 20_000
 
