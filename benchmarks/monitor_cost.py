@@ -224,9 +224,9 @@ def measure(args: argparse.Namespace) -> list[Row]:
                    f"GPUs, {summary.get('series', '?')} series, {args.tracked} + {args.agents} tracked pids; "
                    f"host: {summary.get('context', '')}")
         rows += cost_rows(f"recorder (trainmon record, 1 s){args.label}", 2.0, rec, glances, context)
-        why_not = tui_available() if "tui" in args.phases else "not asked for (--phases)"
+        why_not = tui_available()
         if "tui" not in args.phases:
-            pass
+            pass  # a recorder-only run (--phases record): no TUI row at all
         elif why_not is None:
             tui, gl_screen, screen = phase_tui(load, args)
             if not tui.t or len(tui.t) < 2:

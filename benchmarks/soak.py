@@ -23,20 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.reliability_helpers import proc_status  # the same /proc reading as the soak test's
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "tests" / "workloads" / "tiny_agent.py")
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    out = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key == "VmRSS":
-                out["rss_kb"] = int(value.split()[0])
-            elif key == "Threads":
-                out["threads"] = int(value)
-    return out
 
 
 def _env() -> dict[str, str]:
