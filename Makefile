@@ -23,6 +23,7 @@ demo: $(VENV)/.demo-installed
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check trainmon tests benchmarks scripts
+	$(VENV)/bin/ruff format --check trainmon tests benchmarks scripts
 
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider tests

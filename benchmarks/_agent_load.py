@@ -36,10 +36,20 @@ def _on_term(signum: int, frame: object) -> None:
 
 def register_loader(batch: int) -> int:
     registry = agent._agent.registry  # type: ignore[union-attr]
-    return registry.register_loader({"batch_size": batch, "num_workers": 0, "pin_memory": False,
-                                     "prefetch_factor": None, "persistent_workers": False, "drop_last": False,
-                                     "dataset": "Synthetic", "dataset_len": 1 << 30, "sampler": "SequentialSampler",
-                                     "multiprocessing_context": None})
+    return registry.register_loader(
+        {
+            "batch_size": batch,
+            "num_workers": 0,
+            "pin_memory": False,
+            "prefetch_factor": None,
+            "persistent_workers": False,
+            "drop_last": False,
+            "dataset": "Synthetic",
+            "dataset_len": 1 << 30,
+            "sampler": "SequentialSampler",
+            "multiprocessing_context": None,
+        }
+    )
 
 
 def run(rate: float, lid: int, wait_ns: int) -> int:

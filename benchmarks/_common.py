@@ -158,10 +158,15 @@ class Usage:
         return slope_per_hour(self.t, self.rss)
 
     def summary(self) -> dict:
-        return {"label": self.label, "cpu_share": self.cpu_share(), "rss_mb": self.rss_last(),
-                "rss_max_mb": max(self.rss, default=float("nan")),
-                "rss_first_mb": self.rss[0] if self.rss else float("nan"),
-                "rss_slope_mb_per_h": self.rss_growth_per_hour(), "seconds": self.t[-1] - self.t[0] if self.t else 0}
+        return {
+            "label": self.label,
+            "cpu_share": self.cpu_share(),
+            "rss_mb": self.rss_last(),
+            "rss_max_mb": max(self.rss, default=float("nan")),
+            "rss_first_mb": self.rss[0] if self.rss else float("nan"),
+            "rss_slope_mb_per_h": self.rss_growth_per_hour(),
+            "seconds": self.t[-1] - self.t[0] if self.t else 0,
+        }
 
 
 def watch(usages: Sequence[Usage], seconds: float, every: float = 1.0, log_every: float = 0.0) -> None:
@@ -184,8 +189,9 @@ def other_load(exclude: Iterable[int] = ()) -> str:
     """What else keeps this host busy: load average and the top CPU users outside the benchmark."""
     skip = set(exclude) | {os.getpid()}
     try:
-        out = subprocess.run(["ps", "-eo", "pid,pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True,
-                             text=True, timeout=5).stdout
+        out = subprocess.run(
+            ["ps", "-eo", "pid,pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True, timeout=5
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
     top = []
@@ -274,8 +280,9 @@ time.sleep(1e6)
 
 def spawn_sleepers(n: int, threads: int) -> list[subprocess.Popen]:
     """``n`` sleeping Python children with ``threads`` threads each (DataLoader-worker-like), started in parallel."""
-    procs = [subprocess.Popen([PY, "-S", "-c", SLEEPER, str(threads)], stdout=subprocess.PIPE, text=True)
-             for _ in range(n)]
+    procs = [
+        subprocess.Popen([PY, "-S", "-c", SLEEPER, str(threads)], stdout=subprocess.PIPE, text=True) for _ in range(n)
+    ]
     for p in procs:
         assert p.stdout is not None
         p.stdout.readline()

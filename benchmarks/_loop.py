@@ -102,8 +102,9 @@ def run_traceml(port: int, logs_dir: str, steps: int, blocks: int, pairs: int, p
 
     from benchmarks.agent_overhead import paired
 
-    cfg = traceml.init(mode="auto", aggregator_port=port, logs_dir=logs_dir, on_missing_aggregator="raise",
-                       connect_timeout_sec=60.0)
+    cfg = traceml.init(
+        mode="auto", aggregator_port=port, logs_dir=logs_dir, on_missing_aggregator="raise", connect_timeout_sec=60.0
+    )
     loop = Loop(traceml.trace_step)  # the DataLoader iterator is made after init(), so TraceML wraps it
     out = run_plain(loop, steps, blocks)
 

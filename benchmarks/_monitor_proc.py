@@ -50,9 +50,14 @@ def feeder(fake: FakeNvml, owners: list[tuple[int, int]]):
 def summary(monitor: Monitor, recorder: object | None) -> dict:
     store = monitor.store
     with store.lock:
-        return {"runs": len(store.runs), "steps": sum(r.steps.total for r in store.runs.values()),
-                "records": sum(r.records for r in store.runs.values()), "series": len(store.series),
-                "bytes": getattr(recorder, "bytes_written", 0), "error": getattr(recorder, "error", None)}
+        return {
+            "runs": len(store.runs),
+            "steps": sum(r.steps.total for r in store.runs.values()),
+            "records": sum(r.records for r in store.runs.values()),
+            "series": len(store.series),
+            "bytes": getattr(recorder, "bytes_written", 0),
+            "error": getattr(recorder, "error", None),
+        }
 
 
 def build(args: argparse.Namespace, sinks: list) -> Monitor:

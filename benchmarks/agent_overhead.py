@@ -100,8 +100,15 @@ def thread_cpu_ns(native_id: int | None) -> int:
         return 0
 
 
-def paired(block: Callable[[int], tuple[float, float]], on: Callable[[], None], off: Callable[[], None],
-           pairs: int, steps: int, sender_tid: int | None = None, settle: int = 0) -> dict:
+def paired(
+    block: Callable[[int], tuple[float, float]],
+    on: Callable[[], None],
+    off: Callable[[], None],
+    pairs: int,
+    steps: int,
+    sender_tid: int | None = None,
+    settle: int = 0,
+) -> dict:
     """Paired per-step differences (ns) of blocks with and without the patch, in ABBA order.
 
     ``cpu_ns``, the headline: the training thread's CPU-time difference (immune to preemption by other
@@ -128,8 +135,16 @@ def paired(block: Callable[[int], tuple[float, float]], on: Callable[[], None], 
     sender_ns = (thread_cpu_ns(sender_tid) - sender0) / (pairs * (steps + settle))  # patched steps, settle included
     q1, q3 = iqr(diffs)
     lo, hi = median_ci(cpu_diffs)
-    return {"ns": median(diffs), "q1": q1, "q3": q3, "thread_cpu_ns": median(cpu_diffs), "sender_ns": sender_ns,
-            "cpu_ns": median(cpu_diffs) + sender_ns, "ci": (lo + sender_ns, hi + sender_ns), "base_ns": median(bases)}
+    return {
+        "ns": median(diffs),
+        "q1": q1,
+        "q3": q3,
+        "thread_cpu_ns": median(cpu_diffs),
+        "sender_ns": sender_ns,
+        "cpu_ns": median(cpu_diffs) + sender_ns,
+        "ci": (lo + sender_ns, hi + sender_ns),
+        "base_ns": median(bases),
+    }
 
 
 def bare_wrapper() -> tuple[Callable[[], None], Callable[[], None]]:
@@ -165,12 +180,19 @@ def attach_time_us(address: str, n: int = 30) -> float:
 
 
 def step_row(name: str, r: dict, note: str = "") -> Row:
-    detail = (f"95% CI {r['ci'][0] / 1e3:.2f}..{r['ci'][1] / 1e3:.2f} µs; training-thread CPU "
-              f"{r['thread_cpu_ns'] / 1e3:.2f} µs + sender thread {r['sender_ns'] / 1e3:.3f} µs; "
-              f"wall-clock median {r['ns'] / 1e3:+.2f} µs (IQR {r['q1'] / 1e3:+.2f}..{r['q3'] / 1e3:+.2f}); "
-              f"loop {r['base_ns'] / 1e3:.1f} µs/step")
-    return Row(name, "≤ 1 µs (stretch 0.7)", f"{r['cpu_ns'] / 1e3:.2f} µs", met=r["cpu_ns"] <= TARGET_NS,
-               note="; ".join(filter(None, [detail, note])))
+    detail = (
+        f"95% CI {r['ci'][0] / 1e3:.2f}..{r['ci'][1] / 1e3:.2f} µs; training-thread CPU "
+        f"{r['thread_cpu_ns'] / 1e3:.2f} µs + sender thread {r['sender_ns'] / 1e3:.3f} µs; "
+        f"wall-clock median {r['ns'] / 1e3:+.2f} µs (IQR {r['q1'] / 1e3:+.2f}..{r['q3'] / 1e3:+.2f}); "
+        f"loop {r['base_ns'] / 1e3:.1f} µs/step"
+    )
+    return Row(
+        name,
+        "≤ 1 µs (stretch 0.7)",
+        f"{r['cpu_ns'] / 1e3:.2f} µs",
+        met=r["cpu_ns"] <= TARGET_NS,
+        note="; ".join(filter(None, [detail, note])),
+    )
 
 
 def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = False, settle: int = 50) -> dict:
@@ -186,16 +208,25 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
 
 
 def start_recorder(tmp: str, address: str) -> subprocess.Popen:
-    rec = subprocess.Popen([PY, "-m", "trainmon", "record", "-o", os.path.join(tmp, "overhead.tmrec"),
-                            "--listen", address, "-q"], stderr=subprocess.DEVNULL, env=child_env())
+    rec = subprocess.Popen(
+        [PY, "-m", "trainmon", "record", "-o", os.path.join(tmp, "overhead.tmrec"), "--listen", address, "-q"],
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+    )
     wait_for_path(address, 30, rec)
     return rec
 
 
 def cuda_rows(address: str, pairs: int, steps: int) -> list[Row]:
     if not torch.cuda.is_available():
-        return [Row("per step, CUDA loop, monitor connected", "≤ 1 µs, no sync", "not run",
-                    note="no CUDA GPU on this machine")]
+        return [
+            Row(
+                "per step, CUDA loop, monitor connected",
+                "≤ 1 µs, no sync",
+                "not run",
+                note="no CUDA GPU on this machine",
+            )
+        ]
     loop = Loop("cuda")
     torch.cuda.set_sync_debug_mode("error")  # any synchronising call raises: the agent must add none
     try:
@@ -214,9 +245,14 @@ def measure(pairs: int, steps: int) -> list[Row]:
     rows = [Row("attach() with no monitor", "< 1000 µs", f"{attach_us:.0f} µs", met=attach_us < 1000)]
     floor = paired(loop.block, *bare_wrapper(), pairs, steps, settle=50)
     floor_txt = f"bare wrapper {floor['cpu_ns'] / 1e3:.2f} µs"
-    rows.append(Row("floor: bare wrapper around DataLoader.__next__", "(anchor ~0.6 µs)",
-                    f"{floor['cpu_ns'] / 1e3:.2f} µs",
-                    note=f"wall-clock median {floor['ns'] / 1e3:+.2f} µs; loop {floor['base_ns'] / 1e3:.1f} µs/step"))
+    rows.append(
+        Row(
+            "floor: bare wrapper around DataLoader.__next__",
+            "(anchor ~0.6 µs)",
+            f"{floor['cpu_ns'] / 1e3:.2f} µs",
+            note=f"wall-clock median {floor['ns'] / 1e3:+.2f} µs; loop {floor['base_ns'] / 1e3:.1f} µs/step",
+        )
+    )
     rows.append(step_row("per step, monitor absent", with_agent(address, loop, pairs, steps)))
     rows[-1].anchor = floor_txt
     rec = start_recorder(tmp, address)

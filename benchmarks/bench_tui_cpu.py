@@ -28,7 +28,7 @@ WARMUP_S = 8.0
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
@@ -42,8 +42,20 @@ def wait_for(path: str, timeout: float = 20.0) -> None:
 
 def start_training(addr: str, seconds: float) -> subprocess.Popen:
     env = dict(os.environ, TRAINMON_ADDR=addr, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "trainmon.demo.train", "--workers", "2", "--cpu-ms", "0.3", "--persistent",
-           "--seconds", str(seconds), "--steps", "100000000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainmon.demo.train",
+        "--workers",
+        "2",
+        "--cpu-ms",
+        "0.3",
+        "--persistent",
+        "--seconds",
+        str(seconds),
+        "--steps",
+        "100000000",
+    ]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -60,18 +72,24 @@ def run_screen(seconds: float, cols: int, rows: int) -> float:
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     addr = os.path.join(tmp, "m.sock")
     session = f"trainmon-bench-{os.getpid()}"
-    inner = (f"cd {ROOT} && exec env LANG=C.UTF-8 TERM=xterm-256color PYTHONPATH={ROOT} "
-             f"{sys.executable} -m trainmon --listen {addr}")
+    inner = (
+        f"cd {ROOT} && exec env LANG=C.UTF-8 TERM=xterm-256color PYTHONPATH={ROOT} "
+        f"{sys.executable} -m trainmon --listen {addr}"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), inner], check=True)
     try:
         wait_for(addr)
-        pid = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], check=True,
-                                 capture_output=True, text=True).stdout.split()[0])
+        pid = int(
+            subprocess.run(
+                ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], check=True, capture_output=True, text=True
+            ).stdout.split()[0]
+        )
         train = start_training(addr, seconds + WARMUP_S + 5)
         try:
             share = measure(pid, seconds)
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                    text=True).stdout
+            screen = subprocess.run(
+                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+            ).stdout
             if "Training" not in screen and "step" not in screen:
                 print("warning: the screen did not show the training pane:\n" + screen, file=sys.stderr)
         finally:
@@ -90,8 +108,13 @@ def run_status_lines(seconds: float) -> float:
     addr = os.path.join(tmp, "m.sock")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TRAINMON_ADDR", None)
-    mon = subprocess.Popen([sys.executable, "-m", "trainmon", "--listen", addr], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    mon = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "--listen", addr],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for(addr)
         train = start_training(addr, seconds + WARMUP_S + 5)

@@ -33,8 +33,26 @@ from trainmon.record import format as R
 from trainmon.report.build import build_report, run_summary
 from trainmon.store.store import Store
 
-INTERESTING = [0, 1, 7, 8, 31, 32, 33, 255, 256, 0x7FFF, 0xFFFF, 0x10000, P.MAX_HELLO_FRAME, P.MAX_JSON_FRAME,
-               P.MAX_FRAME, P.MAX_FRAME + 1, 0x7FFFFFFF, 0xFFFFFFFF]
+INTERESTING = [
+    0,
+    1,
+    7,
+    8,
+    31,
+    32,
+    33,
+    255,
+    256,
+    0x7FFF,
+    0xFFFF,
+    0x10000,
+    P.MAX_HELLO_FRAME,
+    P.MAX_JSON_FRAME,
+    P.MAX_FRAME,
+    P.MAX_FRAME + 1,
+    0x7FFFFFFF,
+    0xFFFFFFFF,
+]
 
 
 def rss_mb() -> float:
@@ -50,26 +68,66 @@ def _events(rng: random.Random, n: int) -> array:
     t = 10**12
     for i in range(n):
         t += rng.randint(1, 10**7)
-        kind = rng.choice([P.K_WAIT, P.K_WAIT, P.K_OPT, P.K_STEP, P.K_ITER_START, P.K_ITER_END, P.K_CKPT,
-                           P.K_MARK, P.K_PHASE, P.K_EXPOSED])
+        kind = rng.choice(
+            [
+                P.K_WAIT,
+                P.K_WAIT,
+                P.K_OPT,
+                P.K_STEP,
+                P.K_ITER_START,
+                P.K_ITER_END,
+                P.K_CKPT,
+                P.K_MARK,
+                P.K_PHASE,
+                P.K_EXPOSED,
+            ]
+        )
         out.extend((kind | rng.choice([0, 1, 2]) << 8, t, t + rng.randint(0, 10**6), i))
     return out
 
 
 def wire_seeds(rng: random.Random) -> list[bytes]:
-    hello = {"pid": 4242, "ppid": 1, "host": "h", "session": "s", "name": "train.py", "argv": ["python", "train.py"],
-             "rank": 0, "world_size": 1, "job": {"MASTER_PORT": "29500"}, "protocol": 1, "mono_ns": 1, "wall": 1.0,
-             "connection": 2, "counts": {"step": 3, "opt": 5, "groups": 4, "last": 1, "wait": {"1": 9}}}
-    infos = [{"loader": {"id": 1, "batch_size": 32, "num_workers": 2, "pin_memory": False, "prefetch_factor": 2,
-                         "persistent_workers": False}},
-             {"workers": {"loader": 1, "pids": [11, 12]}}, {"name": {"id": 1, "name": "eval"}}, {"drops": 5},
-             {"device": "cuda:0"}, {"bye": "exit"}]
+    hello = {
+        "pid": 4242,
+        "ppid": 1,
+        "host": "h",
+        "session": "s",
+        "name": "train.py",
+        "argv": ["python", "train.py"],
+        "rank": 0,
+        "world_size": 1,
+        "job": {"MASTER_PORT": "29500"},
+        "protocol": 1,
+        "mono_ns": 1,
+        "wall": 1.0,
+        "connection": 2,
+        "counts": {"step": 3, "opt": 5, "groups": 4, "last": 1, "wait": {"1": 9}},
+    }
+    infos = [
+        {
+            "loader": {
+                "id": 1,
+                "batch_size": 32,
+                "num_workers": 2,
+                "pin_memory": False,
+                "prefetch_factor": 2,
+                "persistent_workers": False,
+            }
+        },
+        {"workers": {"loader": 1, "pids": [11, 12]}},
+        {"name": {"id": 1, "name": "eval"}},
+        {"drops": 5},
+        {"device": "cuda:0"},
+        {"bye": "exit"},
+    ]
     body = b"".join(P.json_frame(P.F_INFO, i) for i in infos[:5])
     events = b"".join(P.frame(P.F_EVENTS, P.events_payload(_events(rng, n))) for n in (1, 10, 200))
     hello_frame = P.json_frame(P.F_HELLO, hello)
-    return [P.PREAMBLE + hello_frame + body + events + P.json_frame(P.F_INFO, infos[5]),
-            P.PREAMBLE + P.json_frame(P.F_AUTH, {"token": "t"}) + hello_frame + events,
-            P.PREAMBLE + hello_frame]
+    return [
+        P.PREAMBLE + hello_frame + body + events + P.json_frame(P.F_INFO, infos[5]),
+        P.PREAMBLE + P.json_frame(P.F_AUTH, {"token": "t"}) + hello_frame + events,
+        P.PREAMBLE + hello_frame,
+    ]
 
 
 def file_seeds(rng: random.Random) -> list[bytes]:
@@ -79,11 +137,13 @@ def file_seeds(rng: random.Random) -> list[bytes]:
         chunks = []
         for c in range(n_chunks):
             recs = [enc.meta(0.0, {"trainmon": "0", "interval": 1.0})] if c == 0 else []
-            recs += [enc.hello(1, 1.0, {"pid": 42, "host": "h", "session": "s", "argv": ["a"]}),
-                     enc.info(1, 1.0, {"loader": {"id": 1, "batch_size": 8, "num_workers": 2}}),
-                     enc.events(1, 1.5, _events(rng, 50)),
-                     enc.sample(2.0, {"cpu.busy": 50.0, "mem.used_pct": 10.0, "proc.42.cpu": 99.0}),
-                     enc.closed(1, 3.0, "exit")]
+            recs += [
+                enc.hello(1, 1.0, {"pid": 42, "host": "h", "session": "s", "argv": ["a"]}),
+                enc.info(1, 1.0, {"loader": {"id": 1, "batch_size": 8, "num_workers": 2}}),
+                enc.events(1, 1.5, _events(rng, 50)),
+                enc.sample(2.0, {"cpu.busy": 50.0, "mem.used_pct": 10.0, "proc.42.cpu": 99.0}),
+                enc.closed(1, 3.0, "exit"),
+            ]
             chunks.append(R.encode_chunk(b"".join(recs)))
         seeds.append(R.FILE_HEADER + b"".join(chunks))
     return seeds
@@ -146,8 +206,12 @@ def fuzz_wire(seconds: float, rng: random.Random, crashes: Path) -> dict:
                 rss.append(rss_mb())
     finally:
         harness.close()
-    return {"inputs": n, "crashes": failures, "rss_mb": [round(x, 1) for x in (rss[0], max(rss), rss[-1])],
-            "outcomes": dict(outcomes.most_common(12))}
+    return {
+        "inputs": n,
+        "crashes": failures,
+        "rss_mb": [round(x, 1) for x in (rss[0], max(rss), rss[-1])],
+        "outcomes": dict(outcomes.most_common(12)),
+    }
 
 
 def fuzz_files(seconds: float, rng: random.Random, crashes: Path) -> dict:
@@ -175,8 +239,12 @@ def fuzz_files(seconds: float, rng: random.Random, crashes: Path) -> dict:
         n += 1
         if n % 2000 == 0:
             rss.append(rss_mb())
-    return {"inputs": n, "crashes": failures, "rss_mb": [round(x, 1) for x in (rss[0], max(rss), rss[-1])],
-            "outcomes": dict(outcomes.most_common(12))}
+    return {
+        "inputs": n,
+        "crashes": failures,
+        "rss_mb": [round(x, 1) for x in (rss[0], max(rss), rss[-1])],
+        "outcomes": dict(outcomes.most_common(12)),
+    }
 
 
 def _save(crashes: Path, kind: str, data: bytes, trace: str) -> None:
@@ -195,8 +263,11 @@ def main() -> int:
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
-    result = {"seed": seed, "wire": fuzz_wire(args.seconds, rng, args.crashes),
-              "recording": fuzz_files(args.seconds, rng, args.crashes)}
+    result = {
+        "seed": seed,
+        "wire": fuzz_wire(args.seconds, rng, args.crashes),
+        "recording": fuzz_files(args.seconds, rng, args.crashes),
+    }
     print(json.dumps(result, indent=2))
     return 1 if result["wire"]["crashes"] or result["recording"]["crashes"] else 0
 

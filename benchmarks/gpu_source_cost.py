@@ -63,8 +63,10 @@ def main() -> None:
         per_sample, per_procs = bench(src, args.ticks, feed)
         label = f"fake pynvml, {n} devices, GPM on"
     src.close()
-    print(f"{label}: sample() {per_sample * 1e6:.0f} µs/tick ({per_sample * 1e6 / max(n, 1):.0f} µs/device), "
-          f"process_usage() {per_procs * 1e6:.0f} µs/tick over {args.ticks} ticks")
+    print(
+        f"{label}: sample() {per_sample * 1e6:.0f} µs/tick ({per_sample * 1e6 / max(n, 1):.0f} µs/device), "
+        f"process_usage() {per_procs * 1e6:.0f} µs/tick over {args.ticks} ticks"
+    )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,9 @@ def opening(pid: int) -> bytes:
 def event_frames(steps: int, frame_records: int) -> bytes:
     recs = step_records(steps, time.monotonic_ns())
     per = frame_records * P.RECORD_FIELDS
-    return b"".join(P.frame(P.F_EVENTS, P.events_payload(recs[start : start + per]))
-                    for start in range(0, len(recs), per))
+    return b"".join(
+        P.frame(P.F_EVENTS, P.events_payload(recs[start : start + per])) for start in range(0, len(recs), per)
+    )
 
 
 def send_all(address: str, data: bytes) -> None:
@@ -157,9 +158,18 @@ def serve(address: str, expect: int, out: str, record: str | None) -> None:
         recorder.close()  # the last chunk's compression counts too
     p1 = process_cpu_s()
     server.stop()
-    Path(out).write_text(json.dumps({"records": n - n0, "wall_s": t1 - t0, "thread_cpu_s": c1 - c0,
-                                     "process_cpu_s": p1 - p0, "complete": n >= expect,
-                                     "steps": sum(r.steps.total for r in store.runs.values())}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "records": n - n0,
+                "wall_s": t1 - t0,
+                "thread_cpu_s": c1 - c0,
+                "process_cpu_s": p1 - p0,
+                "complete": n >= expect,
+                "steps": sum(r.steps.total for r in store.runs.values()),
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------- latency
@@ -209,8 +219,13 @@ def latency(agents: int, rate: float, seconds: float, warmup: float, tmp: str) -
     try:
         for rank in range(agents):
             env = child_env(RANK=str(rank), WORLD_SIZE=str(agents), MASTER_ADDR="127.0.0.1", MASTER_PORT="29998")
-            procs.append(subprocess.Popen([PY, str(Path(__file__).parent / "_agent_load.py"), "--address", address,
-                                           "--rate", str(rate)], stdout=subprocess.DEVNULL, env=env))
+            procs.append(
+                subprocess.Popen(
+                    [PY, str(Path(__file__).parent / "_agent_load.py"), "--address", address, "--rate", str(rate)],
+                    stdout=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
         time.sleep(warmup)
         probe.started = True
         time.sleep(seconds)
@@ -221,8 +236,13 @@ def latency(agents: int, rate: float, seconds: float, warmup: float, tmp: str) -
         monitor.stop()
         recorder.close()
     ms = sorted(x / 1e6 for x in probe.lat_ns)
-    return {"n": len(ms), "p50": quantile(ms, 0.5), "p99": quantile(ms, 0.99), "max": ms[-1] if ms else float("nan"),
-            "context": context}
+    return {
+        "n": len(ms),
+        "p50": quantile(ms, 0.5),
+        "p99": quantile(ms, 0.99),
+        "max": ms[-1] if ms else float("nan"),
+        "context": context,
+    }
 
 
 # ---------------------------------------------------------------- rows
@@ -232,8 +252,10 @@ def rate_row(name: str, r: dict, frame_records: int, clients: int) -> Row:
     per_core = r["records"] / r["thread_cpu_s"] if r["thread_cpu_s"] > 0 else float("nan")
     wall = r["records"] / r["wall_s"] if r["wall_s"] > 0 else float("nan")
     per_proc = r["records"] / r["process_cpu_s"] if r["process_cpu_s"] > 0 else float("nan")
-    note = (f"{r['records']} records ({r['steps']} steps) from {clients} sockets, {frame_records}-record frames; "
-            f"wall-clock {wall:,.0f}/s on this shared host; per CPU-second of the whole process {per_proc:,.0f}/s")
+    note = (
+        f"{r['records']} records ({r['steps']} steps) from {clients} sockets, {frame_records}-record frames; "
+        f"wall-clock {wall:,.0f}/s on this shared host; per CPU-second of the whole process {per_proc:,.0f}/s"
+    )
     return Row(name, f"≥ {TARGET_RATE:,}/s", f"{per_core:,.0f}/s", met=per_core >= TARGET_RATE, note=note)
 
 
@@ -243,14 +265,21 @@ def measure(args: argparse.Namespace) -> list[Row]:
     r = throughput(args.clients, args.records, args.frame_records, False, tmp)
     rows.append(rate_row("ingest: step records/s on one core (store)", r, args.frame_records, args.clients))
     r = throughput(args.clients, args.records, args.frame_records, True, tmp)
-    rows.append(rate_row("ingest: step records/s on one core (store + recorder)", r, args.frame_records,
-                         args.clients))
+    rows.append(rate_row("ingest: step records/s on one core (store + recorder)", r, args.frame_records, args.clients))
     lat = latency(args.latency_agents, args.latency_rate, args.latency_seconds, 5.0, tmp)
-    rows.append(Row("latency step end → store, p99", f"≤ {TARGET_P99_MS:.0f} ms", f"{lat['p99']:.0f} ms",
-                    met=lat["p99"] <= TARGET_P99_MS,
-                    note=(f"p50 {lat['p50']:.0f} ms, max {lat['max']:.0f} ms over {lat['n']} steps of "
-                          f"{args.latency_agents} agents × {args.latency_rate:g} steps/s (sender tick 0.1 s), full "
-                          f"monitor with recorder and 8 fake GPUs; host: {lat['context']}")))
+    rows.append(
+        Row(
+            "latency step end → store, p99",
+            f"≤ {TARGET_P99_MS:.0f} ms",
+            f"{lat['p99']:.0f} ms",
+            met=lat["p99"] <= TARGET_P99_MS,
+            note=(
+                f"p50 {lat['p50']:.0f} ms, max {lat['max']:.0f} ms over {lat['n']} steps of "
+                f"{args.latency_agents} agents × {args.latency_rate:g} steps/s (sender tick 0.1 s), full "
+                f"monitor with recorder and 8 fake GPUs; host: {lat['context']}"
+            ),
+        )
+    )
     return rows
 
 

@@ -73,8 +73,14 @@ class Load:
         job = {"WORLD_SIZE": str(n_agents), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
         for rank in range(n_agents):
             env = child_env(RANK=str(rank), LOCAL_RANK=str(rank), **job)
-            self.agents.append(subprocess.Popen([PY, AGENT, "--address", self.address, "--rate", str(rate)],
-                                                stdout=subprocess.PIPE, text=True, env=env))
+            self.agents.append(
+                subprocess.Popen(
+                    [PY, AGENT, "--address", self.address, "--rate", str(rate)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
         for a in self.agents:
             assert a.stdout is not None
             a.stdout.readline()
@@ -93,17 +99,37 @@ class Load:
 
 def start_recorder(load: Load, interval: float) -> tuple[subprocess.Popen, str]:
     summary = os.path.join(load.tmp, "record-summary.json")
-    proc = subprocess.Popen([PY, MONITOR, "record", "--output", os.path.join(load.tmp, "cost.tmrec"), "--listen",
-                             load.address, "--interval", str(interval), "--gpus", "8", "--track", load.track_file,
-                             "--summary", summary], env=child_env())
+    proc = subprocess.Popen(
+        [
+            PY,
+            MONITOR,
+            "record",
+            "--output",
+            os.path.join(load.tmp, "cost.tmrec"),
+            "--listen",
+            load.address,
+            "--interval",
+            str(interval),
+            "--gpus",
+            "8",
+            "--track",
+            load.track_file,
+            "--summary",
+            summary,
+        ],
+        env=child_env(),
+    )
     wait_for_path(load.address, 60, proc)
     return proc, summary
 
 
 def start_glances(interval: float) -> subprocess.Popen:
     glances = str(side_venv("glances", [GLANCES]).parent / "glances")
-    return subprocess.Popen([glances, "--stdout", "cpu.total", "--time", str(int(interval))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [glances, "--stdout", "cpu.total", "--time", str(int(interval))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 # ---------------------------------------------------------------- tmux
@@ -175,11 +201,27 @@ def phase_tui(load: Load, args: argparse.Namespace) -> tuple[Usage, Usage, str]:
     env = child_env()
     glances = str(side_venv("glances", [GLANCES]).parent / "glances")
     try:
-        tui_pid = tmux_start(sessions[0], [PY, MONITOR, "tui", "--listen", load.address, "--interval",
-                                           str(args.interval), "--gpus", "8", "--track", load.track_file],
-                             env, os.path.join(load.tmp, "tui.pid"))
-        gl_pid = tmux_start(sessions[1], [glances, "--time", str(int(args.interval))], env,
-                            os.path.join(load.tmp, "glances.pid"))
+        tui_pid = tmux_start(
+            sessions[0],
+            [
+                PY,
+                MONITOR,
+                "tui",
+                "--listen",
+                load.address,
+                "--interval",
+                str(args.interval),
+                "--gpus",
+                "8",
+                "--track",
+                load.track_file,
+            ],
+            env,
+            os.path.join(load.tmp, "tui.pid"),
+        )
+        gl_pid = tmux_start(
+            sessions[1], [glances, "--time", str(int(args.interval))], env, os.path.join(load.tmp, "glances.pid")
+        )
         time.sleep(args.warmup)
         screen = tmux_screen(sessions[0])
         usages = [Usage(tui_pid, "trainmon TUI"), Usage(gl_pid, "glances (curses)")]
@@ -201,13 +243,29 @@ def cost_rows(name: str, target_pct: float, u: Usage, anchor: Usage | None, cont
     a_rss = f"{anchor.label} {anchor.rss_last():.0f} MB" if anchor else ""
     minutes = (u.t[-1] - u.t[0]) / 60 if u.t else 0
     return [
-        Row(f"{name}: CPU, share of one core", f"≤ {target_pct:g} %", f"{cpu:.2f} %", anchor=a_cpu,
-            met=cpu <= target_pct, note=context),
-        Row(f"{name}: RSS", f"≤ {RSS_LIMIT_MB:.0f} MB", f"{u.rss_last():.0f} MB", anchor=a_rss,
-            met=max(u.rss) <= RSS_LIMIT_MB, note=f"max {max(u.rss):.0f} MB over {minutes:.1f} min"),
-        Row(f"{name}: RSS growth over the window", "flat", f"{growth:+.1f} MB in {minutes:.1f} min",
+        Row(
+            f"{name}: CPU, share of one core",
+            f"≤ {target_pct:g} %",
+            f"{cpu:.2f} %",
+            anchor=a_cpu,
+            met=cpu <= target_pct,
+            note=context,
+        ),
+        Row(
+            f"{name}: RSS",
+            f"≤ {RSS_LIMIT_MB:.0f} MB",
+            f"{u.rss_last():.0f} MB",
+            anchor=a_rss,
+            met=max(u.rss) <= RSS_LIMIT_MB,
+            note=f"max {max(u.rss):.0f} MB over {minutes:.1f} min",
+        ),
+        Row(
+            f"{name}: RSS growth over the window",
+            "flat",
+            f"{growth:+.1f} MB in {minutes:.1f} min",
             met=abs(growth) <= FLAT_MB,
-            note=f"slope {u.rss_growth_per_hour():+.0f} MB/h; first {u.rss[0]:.0f} MB, last {u.rss[-1]:.0f} MB"),
+            note=f"slope {u.rss_growth_per_hour():+.0f} MB/h; first {u.rss[0]:.0f} MB, last {u.rss[-1]:.0f} MB",
+        ),
     ]
 
 
@@ -220,9 +278,11 @@ def measure(args: argparse.Namespace) -> list[Row]:
         load.start(args.agents, args.rate, args.tracked, args.threads)
         rec, glances, summary = phase_record(load, args)
         delivered = summary.get("steps", 0)
-        context = (f"{args.agents} agents × {args.rate:g} steps/s ({delivered} steps ingested in the phase), 8 fake "
-                   f"GPUs, {summary.get('series', '?')} series, {args.tracked} + {args.agents} tracked pids; "
-                   f"host: {summary.get('context', '')}")
+        context = (
+            f"{args.agents} agents × {args.rate:g} steps/s ({delivered} steps ingested in the phase), 8 fake "
+            f"GPUs, {summary.get('series', '?')} series, {args.tracked} + {args.agents} tracked pids; "
+            f"host: {summary.get('context', '')}"
+        )
         rows += cost_rows(f"recorder (trainmon record, 1 s){args.label}", 2.0, rec, glances, context)
         why_not = tui_available()
         if "tui" not in args.phases:
@@ -230,11 +290,23 @@ def measure(args: argparse.Namespace) -> list[Row]:
         elif why_not is None:
             tui, gl_screen, screen = phase_tui(load, args)
             if not tui.t or len(tui.t) < 2:
-                rows.append(Row("TUI (trainmon, 1 s, tmux)", "≤ 4 %", "failed", met=False,
-                                note=f"the TUI did not keep running; its screen: {screen[-300:]!r}"))
+                rows.append(
+                    Row(
+                        "TUI (trainmon, 1 s, tmux)",
+                        "≤ 4 %",
+                        "failed",
+                        met=False,
+                        note=f"the TUI did not keep running; its screen: {screen[-300:]!r}",
+                    )
+                )
             else:
-                rows += cost_rows(f"TUI (trainmon in tmux, 1 s){args.label}", 4.0, tui, gl_screen, "same load; "
-                                  "glances' curses screen in a second tmux session")
+                rows += cost_rows(
+                    f"TUI (trainmon in tmux, 1 s){args.label}",
+                    4.0,
+                    tui,
+                    gl_screen,
+                    "same load; glances' curses screen in a second tmux session",
+                )
         else:
             rows.append(Row("TUI (trainmon in tmux, 1 s): CPU", "≤ 4 %", "not run", note=why_not))
     finally:

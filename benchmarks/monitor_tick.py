@@ -46,8 +46,10 @@ def main() -> int:
     for name, values in [*costs.items(), ("whole tick", tick_times)]:
         values = sorted(values)
         print(f"{name:12} {statistics.median(values) * 1e6:10.0f} {values[int(len(values) * 0.95)] * 1e6:10.0f}")
-    print(f"monitor CPU: {cpu * 100:.2f}% of one core at one tick per {args.interval} s "
-          f"(≈ {cpu * 100 * args.interval:.2f}% at 1 s)")
+    print(
+        f"monitor CPU: {cpu * 100:.2f}% of one core at one tick per {args.interval} s "
+        f"(≈ {cpu * 100 * args.interval:.2f}% at 1 s)"
+    )
     return 0
 
 

@@ -40,8 +40,14 @@ from benchmarks._common import (
 from trainmon.record import format as F
 
 TARGET_MB_H = 20.0
-NAMES = {F.R_META: "meta", F.R_HELLO: "hello", F.R_EVENTS: "events", F.R_INFO: "info", F.R_CLOSED: "closed",
-         F.R_SAMPLE: "samples"}
+NAMES = {
+    F.R_META: "meta",
+    F.R_HELLO: "hello",
+    F.R_EVENTS: "events",
+    F.R_INFO: "info",
+    F.R_CLOSED: "closed",
+    F.R_SAMPLE: "samples",
+}
 
 
 def record(tmp: str, ranks: int, rate: float, seconds: float, warmup: float) -> tuple[str, float, int]:
@@ -50,16 +56,42 @@ def record(tmp: str, ranks: int, rate: float, seconds: float, warmup: float) -> 
     track = os.path.join(tmp, "tracked.pids")
     Path(track).write_text(" ".join(str(p.pid) for p in workers))
     address, out = os.path.join(tmp, "m.sock"), os.path.join(tmp, "size.tmrec")
-    rec = subprocess.Popen([PY, str(BENCH / "_monitor_proc.py"), "record", "--output", out, "--listen", address,
-                            "--interval", "1", "--gpus", "8", "--track", track], env=child_env())
+    rec = subprocess.Popen(
+        [
+            PY,
+            str(BENCH / "_monitor_proc.py"),
+            "record",
+            "--output",
+            out,
+            "--listen",
+            address,
+            "--interval",
+            "1",
+            "--gpus",
+            "8",
+            "--track",
+            track,
+        ],
+        env=child_env(),
+    )
     agents: list[subprocess.Popen] = []
     try:
         wait_for_path(address, 60, rec)
         for rank in range(ranks):
-            env = child_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT="29997")
-            agents.append(subprocess.Popen([PY, str(BENCH / "_agent_load.py"), "--address", address, "--rate",
-                                            str(rate)], stdout=subprocess.DEVNULL, env=env))
+            env = child_env(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(ranks),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT="29997",
+            )
+            agents.append(
+                subprocess.Popen(
+                    [PY, str(BENCH / "_agent_load.py"), "--address", address, "--rate", str(rate)],
+                    stdout=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
         time.sleep(warmup)
         s0, t0 = os.path.getsize(out), time.monotonic()
         time.sleep(seconds)
@@ -99,11 +131,20 @@ def measure(args: argparse.Namespace) -> list[Row]:
     shares = breakdown(path)
     split = ", ".join(f"{name} {share * mb_h:.1f}" for name, share in shares.items() if share >= 0.005)
     steps_h = args.ranks * args.rate * 3600
-    note = (f"{args.ranks} ranks × {args.rate:g} steps/s (a wait + a step record each), 8 fake GPUs, "
-            f"{4 * args.ranks} tracked workers, 1 s samples; measured over {args.seconds:.0f} s after a "
-            f"{args.warmup:.0f} s warm-up; MB/h by record type: {split}")
-    rows = [Row("recording size per hour (8 GPUs, 8 ranks, 1 s)", f"≤ {TARGET_MB_H:g} MB/h", f"{mb_h:.1f} MB/h",
-                met=mb_h <= TARGET_MB_H, note=note)]
+    note = (
+        f"{args.ranks} ranks × {args.rate:g} steps/s (a wait + a step record each), 8 fake GPUs, "
+        f"{4 * args.ranks} tracked workers, 1 s samples; measured over {args.seconds:.0f} s after a "
+        f"{args.warmup:.0f} s warm-up; MB/h by record type: {split}"
+    )
+    rows = [
+        Row(
+            "recording size per hour (8 GPUs, 8 ranks, 1 s)",
+            f"≤ {TARGET_MB_H:g} MB/h",
+            f"{mb_h:.1f} MB/h",
+            met=mb_h <= TARGET_MB_H,
+            note=note,
+        )
+    ]
     events = shares.get("events", 0.0) * mb_h
     if events:
         rows[0].note += f"; events cost {events * 1e6 / steps_h:.1f} B per step compressed"

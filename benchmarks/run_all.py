@@ -31,8 +31,20 @@ def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
         "vs_traceml": [],
         "monitor_cost": cost,
         # The same recorder at an everyday load, for scale: 8 ranks at 10 steps/s, 32 workers.
-        "monitor_cost:typical": ["--agents", "8", "--rate", "10", "--tracked", "32", "--phases", "record",
-                                 "--warmup", "15", "--label", ", 8 ranks × 10 steps/s"],
+        "monitor_cost:typical": [
+            "--agents",
+            "8",
+            "--rate",
+            "10",
+            "--tracked",
+            "32",
+            "--phases",
+            "record",
+            "--warmup",
+            "15",
+            "--label",
+            ", 8 ranks × 10 steps/s",
+        ],
         "ingest": [],
         "recording_size": [],
     }
@@ -52,16 +64,24 @@ def run_one(name: str, extra: list[str], tmp: str) -> tuple[list[Row], float]:
 
 def host_line() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{platform.node()}: {os.cpu_count()} CPUs, {mem:.0f} GiB, Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{platform.node()}: {os.cpu_count()} CPUs, {mem:.0f} GiB, Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def git_rev() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=ROOT, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
     return f"{rev}{' + uncommitted changes' if dirty else ''}"
@@ -97,17 +117,21 @@ def main() -> int:
         rows += got
         timings.append(f"{name} {took:.0f} s")
     after = other_load()
-    context = [f"run {started} at {git_rev()}; {host_line()}",
-               f"host before: {before}; after: {after}",
-               f"durations: {', '.join(timings)}"]
+    context = [
+        f"run {started} at {git_rev()}; {host_line()}",
+        f"host before: {before}; after: {after}",
+        f"durations: {', '.join(timings)}",
+    ]
     print()
     print(format_table(rows))
     print()
     for c in context:
         print(c)
     missed = [r.figure for r in rows if r.met is False]
-    print(f"{len([r for r in rows if r.met])} targets met, {len(missed)} missed" +
-          (f": {'; '.join(missed)}" if missed else ""))
+    print(
+        f"{len([r for r in rows if r.met])} targets met, {len(missed)} missed"
+        + (f": {'; '.join(missed)}" if missed else "")
+    )
     if not args.no_write:
         RESULTS.write_text(markdown(rows, context))
         print(f"wrote {RESULTS.relative_to(ROOT)} (the notes under the table say how each figure was measured)")

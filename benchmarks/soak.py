@@ -49,8 +49,12 @@ class Crowd:
         steps = max(1, int((self.lifetime_s + stagger_s) / (self.step_ms / 1e3)))
         env = dict(_env(), TRAINMON_ADDR=self.addr)
         self.started += 1
-        return subprocess.Popen([sys.executable, TINY, str(steps), str(self.step_ms), "0", "2"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [sys.executable, TINY, str(steps), str(self.step_ms), "0", "2"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
     def tend(self, replace: bool) -> None:
         for i, proc in enumerate(self.slots):
@@ -82,13 +86,25 @@ class Crowd:
                 self.slots[i] = None
 
 
-def soak(seconds: float, agents: int, lifetime_s: float, step_ms: float, interval_s: float,
-         warmup_s: float, rss_slack_mb: float, quiet: bool) -> dict:
+def soak(
+    seconds: float,
+    agents: int,
+    lifetime_s: float,
+    step_ms: float,
+    interval_s: float,
+    warmup_s: float,
+    rss_slack_mb: float,
+    quiet: bool,
+) -> dict:
     tmp = tempfile.mkdtemp(prefix="tm-soak-", dir="/tmp")
     os.chmod(tmp, 0o700)
     addr, output = os.path.join(tmp, "m.sock"), os.path.join(tmp, "soak.tmrec")
-    recorder = subprocess.Popen([sys.executable, "-m", "trainmon", "record", "--output", output, "--listen", addr,
-                                 "-q"], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "record", "--output", output, "--listen", addr, "-q"],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     samples: list[dict] = []
     crowd = Crowd(addr, agents, lifetime_s, step_ms)
     try:
@@ -107,9 +123,11 @@ def soak(seconds: float, agents: int, lifetime_s: float, step_ms: float, interva
                 row = {"t": round(now - start, 1), "live_agents": crowd.live(), **proc_status(recorder.pid)}
                 samples.append(row)
                 if not quiet:
-                    print(f"{row['t']:8.1f} s  rss {row['rss_kb'] / 1024:7.1f} MiB  fds {row['fds']:4d}  "
-                          f"threads {row['threads']:3d}  agents {row['live_agents']:2d}  started {crowd.started}",
-                          flush=True)
+                    print(
+                        f"{row['t']:8.1f} s  rss {row['rss_kb'] / 1024:7.1f} MiB  fds {row['fds']:4d}  "
+                        f"threads {row['threads']:3d}  agents {row['live_agents']:2d}  started {crowd.started}",
+                        flush=True,
+                    )
                 next_sample += interval_s
             time.sleep(0.1)
         crowd.stop()
@@ -135,8 +153,16 @@ def _slope_mb_per_10min(rows: list[dict]) -> float:
     return 600 * sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else 0.0
 
 
-def judge(idle: dict, samples: list[dict], final: dict, alive: bool, crowd: Crowd, seconds: float,
-          warmup_s: float, rss_slack_mb: float) -> dict:
+def judge(
+    idle: dict,
+    samples: list[dict],
+    final: dict,
+    alive: bool,
+    crowd: Crowd,
+    seconds: float,
+    warmup_s: float,
+    rss_slack_mb: float,
+) -> dict:
     steady = [r for r in samples if r["t"] >= warmup_s]
     base_rss = steady[0]["rss_kb"] / 1024 if steady else idle["rss_kb"] / 1024
     growth = max(r["rss_kb"] for r in steady) / 1024 - base_rss if steady else 0.0
@@ -157,13 +183,20 @@ def judge(idle: dict, samples: list[dict], final: dict, alive: bool, crowd: Crow
         problems.append(f"descriptors leaked: {idle['fds']} idle, {final['fds']} at the end")
     if any(r["threads"] != idle["threads"] for r in samples) or final["threads"] != idle["threads"]:
         problems.append("the thread count changed")
-    return {"seconds": seconds, "agents_started": crowd.started, "idle": idle, "final": final,
-            "rss_warm_mb": round(base_rss, 1), "rss_growth_after_warmup_mb": round(growth, 2),
-            "rss_slope_mb_per_10min": round(slope, 2),
-            "fds_range": [min(r["fds"] for r in samples), max(r["fds"] for r in samples)] if samples else None,
-            "threads_range": [min(r["threads"] for r in samples), max(r["threads"] for r in samples)]
-            if samples else None,
-            "samples": samples, "flat": not problems, "problems": problems}
+    return {
+        "seconds": seconds,
+        "agents_started": crowd.started,
+        "idle": idle,
+        "final": final,
+        "rss_warm_mb": round(base_rss, 1),
+        "rss_growth_after_warmup_mb": round(growth, 2),
+        "rss_slope_mb_per_10min": round(slope, 2),
+        "fds_range": [min(r["fds"] for r in samples), max(r["fds"] for r in samples)] if samples else None,
+        "threads_range": [min(r["threads"] for r in samples), max(r["threads"] for r in samples)] if samples else None,
+        "samples": samples,
+        "flat": not problems,
+        "problems": problems,
+    }
 
 
 def main() -> int:
@@ -171,8 +204,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1800.0)
     ap.add_argument("--agents", type=int, default=8)
-    ap.add_argument("--lifetime", type=float, default=None, help="seconds each agent lives (default: seconds/4, "
-                                                                 "at most 60)")
+    ap.add_argument(
+        "--lifetime", type=float, default=None, help="seconds each agent lives (default: seconds/4, at most 60)"
+    )
     ap.add_argument("--step-ms", type=float, default=5.0, help="each agent's step time (default 5 ms: 200 steps/s)")
     ap.add_argument("--interval", type=float, default=None, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=None, help="seconds before RSS must be flat")

@@ -35,8 +35,9 @@ time.sleep(3600)
 
 
 def spawn(threads: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD.format(threads=threads))],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CHILD.format(threads=threads))], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     proc.stdout.readline()
     return proc
@@ -86,8 +87,7 @@ def p95(xs: list[float]) -> float:
 
 
 def row(name: str, cpu: list[float], wall: list[float], metrics: int | str) -> str:
-    return (f"{name:<34} {statistics.median(cpu):>9.0f} {p95(cpu):>9.0f} {statistics.median(wall):>9.0f} "
-            f"{metrics!s:>8}")
+    return f"{name:<34} {statistics.median(cpu):>9.0f} {p95(cpu):>9.0f} {statistics.median(wall):>9.0f} {metrics!s:>8}"
 
 
 def main() -> None:
@@ -104,8 +104,10 @@ def main() -> None:
     tracked = {kids[0].pid: "main", **{k.pid: "worker" for k in kids[1:]}}
     nthreads = args.main_threads + args.workers * args.worker_threads
     try:
-        print(f"{os.cpu_count()} CPUs; tracked: 1 main ({args.main_threads} threads) + {args.workers} workers "
-              f"({args.worker_threads} threads each) = {len(tracked)} pids, {nthreads} threads")
+        print(
+            f"{os.cpu_count()} CPUs; tracked: 1 main ({args.main_threads} threads) + {args.workers} workers "
+            f"({args.worker_threads} threads each) = {len(tracked)} pids, {nthreads} threads"
+        )
         print(f"{'per tick (µs)':<34} {'cpu p50':>9} {'cpu p95':>9} {'wall p50':>9} {'metrics':>8}")
         disk = DiskSource()
         disk.sample(time.monotonic())
@@ -129,8 +131,10 @@ def main() -> None:
         passes = (t1 - t0) * hz
         busy_us = (r1 - r0) / 1e3
         idle_us = idle_wake_us(hz, args.sampler_seconds)
-        print(f"state sampler @ {hz:.0f} Hz: {busy_us / passes:.0f} µs per pass ({nthreads} task stat reads), "
-              f"{busy_us / (t1 - t0) / 1e4:.2f} % of one core; an empty thread wake-up here costs {idle_us:.0f} µs")
+        print(
+            f"state sampler @ {hz:.0f} Hz: {busy_us / passes:.0f} µs per pass ({nthreads} task stat reads), "
+            f"{busy_us / (t1 - t0) / 1e4:.2f} % of one core; an empty thread wake-up here costs {idle_us:.0f} µs"
+        )
     finally:
         for k in kids:
             k.kill()

@@ -45,8 +45,9 @@ LOOP = str(BENCH / "_loop.py")
 
 
 def run_loop(python: str, mode: str, tmp: str, extra: list[str]) -> dict:
-    out = subprocess.run([python, LOOP, mode, *extra], capture_output=True, text=True, cwd=tmp, env=child_env(),
-                         timeout=600)
+    out = subprocess.run(
+        [python, LOOP, mode, *extra], capture_output=True, text=True, cwd=tmp, env=child_env(), timeout=600
+    )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 and not lines:
         raise RuntimeError(f"_loop.py {mode} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -57,9 +58,22 @@ def start_aggregator(python: str, tmp: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     traceml = str(Path(python).parent / "traceml")
     log = open(os.path.join(tmp, "traceml-serve.log"), "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([traceml, "serve", "--mode", "summary", "--aggregator-port", str(port),
-                             "--logs-dir", os.path.join(tmp, "traceml-logs")], stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tmp, env=child_env())
+    proc = subprocess.Popen(
+        [
+            traceml,
+            "serve",
+            "--mode",
+            "summary",
+            "--aggregator-port",
+            str(port),
+            "--logs-dir",
+            os.path.join(tmp, "traceml-logs"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp,
+        env=child_env(),
+    )
     deadline = time.monotonic() + 60
     while "ready" not in Path(log.name).read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -72,8 +86,12 @@ def measure(pairs: int, traceml_pairs: int, pair_steps: int) -> list[Row]:
     python = str(side_venv("traceml", ["torch==2.13.0", TRACEML]))
     tmp = tempfile.mkdtemp(prefix="tm-vs-traceml-")
     address = os.path.join(tmp, "m.sock")
-    rec = subprocess.Popen([PY, "-m", "trainmon", "record", "-o", os.path.join(tmp, "vs.tmrec"), "--listen",
-                            address, "-q"], stderr=subprocess.DEVNULL, env=child_env(), cwd=ROOT)
+    rec = subprocess.Popen(
+        [PY, "-m", "trainmon", "record", "-o", os.path.join(tmp, "vs.tmrec"), "--listen", address, "-q"],
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+        cwd=ROOT,
+    )
     agg = None
     try:
         wait_for_path(address, 30, rec)
@@ -81,9 +99,21 @@ def measure(pairs: int, traceml_pairs: int, pair_steps: int) -> list[Row]:
         common = ["--pairs", str(pairs), "--pair-steps", str(pair_steps)]
         base1 = run_loop(python, "none", tmp, common)
         tm = run_loop(python, "trainmon", tmp, [*common, "--address", address])
-        tml = run_loop(python, "traceml", tmp, ["--pairs", str(traceml_pairs), "--pair-steps", str(pair_steps),
-                                                "--traceml-port", str(port), "--logs-dir",
-                                                os.path.join(tmp, "traceml-logs")])
+        tml = run_loop(
+            python,
+            "traceml",
+            tmp,
+            [
+                "--pairs",
+                str(traceml_pairs),
+                "--pair-steps",
+                str(pair_steps),
+                "--traceml-port",
+                str(port),
+                "--logs-dir",
+                os.path.join(tmp, "traceml-logs"),
+            ],
+        )
         base2 = run_loop(python, "none", tmp, common)
     finally:
         stop(agg)
@@ -101,18 +131,26 @@ def rows_from(base1: dict, base2: dict, tm: dict, tml: dict) -> list[Row]:
     worst = tml_lo / tm_hi if tm_hi > 0 else float("inf")
     whole_tm = (tm["median_wall_ns"] - base) / 1e3
     whole_tml = (tml["median_wall_ns"] - base) / 1e3
-    note = (f"loop {base / 1e3:.0f} µs/step uninstrumented (DataLoader, Linear(4,1), backward, SGD); paired "
-            f"in-process CPU-time differences; trainmon = training thread "
-            f"{tm['paired']['thread_cpu_ns'] / 1e3:.2f} µs + sender thread {tm['paired']['sender_ns'] / 1e3:.2f} µs, "
-            f"95% CI {tm_lo:.2f}..{tm_hi:.2f} µs; TraceML "
-            f"{tml_lo:.0f}..{tml_hi:.0f} µs (ratio ≥ {worst:.0f}× at the CIs' worst ends); TraceML "
-            f"{tml['traceml']['version']} mode={tml['traceml']['mode']} "
-            f"(disabled={tml['traceml']['disabled']}); whole-process wall-clock vs an uninstrumented process: "
-            f"TraceML {whole_tml:+.0f} µs, trainmon {whole_tm:+.0f} µs (process-to-process noise here is "
-            f"±{abs(base1['median_wall_ns'] - base2['median_wall_ns']) / 2e3:.0f} µs)")
+    note = (
+        f"loop {base / 1e3:.0f} µs/step uninstrumented (DataLoader, Linear(4,1), backward, SGD); paired "
+        f"in-process CPU-time differences; trainmon = training thread "
+        f"{tm['paired']['thread_cpu_ns'] / 1e3:.2f} µs + sender thread {tm['paired']['sender_ns'] / 1e3:.2f} µs, "
+        f"95% CI {tm_lo:.2f}..{tm_hi:.2f} µs; TraceML "
+        f"{tml_lo:.0f}..{tml_hi:.0f} µs (ratio ≥ {worst:.0f}× at the CIs' worst ends); TraceML "
+        f"{tml['traceml']['version']} mode={tml['traceml']['mode']} "
+        f"(disabled={tml['traceml']['disabled']}); whole-process wall-clock vs an uninstrumented process: "
+        f"TraceML {whole_tml:+.0f} µs, trainmon {whole_tm:+.0f} µs (process-to-process noise here is "
+        f"±{abs(base1['median_wall_ns'] - base2['median_wall_ns']) / 2e3:.0f} µs)"
+    )
     return [
-        Row("agent per step vs TraceML, same loop", "≤ 1 µs", f"{tm_us:.2f} µs",
-            anchor=f"TraceML {tml_us:.0f} µs ({ratio:.0f}× trainmon)", met=tm_us <= 1.0, note=note),
+        Row(
+            "agent per step vs TraceML, same loop",
+            "≤ 1 µs",
+            f"{tm_us:.2f} µs",
+            anchor=f"TraceML {tml_us:.0f} µs ({ratio:.0f}× trainmon)",
+            met=tm_us <= 1.0,
+            note=note,
+        ),
     ]
 
 

@@ -66,16 +66,21 @@ def record(scenario_name: str, path: Path) -> None:
     addr = os.path.join(tmp, "m.sock")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TRAINMON_ADDR", None)
-    recorder = subprocess.Popen([sys.executable, "-m", "trainmon", "record", "-o", str(path), "--listen", addr, "-q"],
-                                env=env)
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "record", "-o", str(path), "--listen", addr, "-q"], env=env
+    )
     try:
         deadline = time.monotonic() + 20
         while not os.path.exists(addr) and time.monotonic() < deadline:
             time.sleep(0.05)
         cmd = command(scenario, ["--seconds", str(RECORD_SECONDS)])
         print(f"recording {scenario_name}: {' '.join(cmd[1:])}", flush=True)
-        subprocess.run(cmd, env=dict(env, TRAINMON_ADDR=addr, TRAINMON_DEMO_NAME=f"demo:{scenario_name}"),
-                       stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            cmd,
+            env=dict(env, TRAINMON_ADDR=addr, TRAINMON_DEMO_NAME=f"demo:{scenario_name}"),
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         time.sleep(1.5)
     finally:
         recorder.send_signal(signal.SIGINT)
@@ -168,11 +173,27 @@ def to_png(svg_path: Path, png_path: Path) -> bool:
     with tempfile.TemporaryDirectory(prefix="tm-png-") as d:
         page = Path(d) / "page.html"
         page.write_text(f'<html><body style="margin:0;background:#0c0c0c">{svg}</body></html>')
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                        f"--user-data-dir={d}/profile", f"--window-size={width},{height}",
-                        f"--screenshot={png_path}", page.as_uri()],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--hide-scrollbars",
+                f"--user-data-dir={d}/profile",
+                f"--window-size={width},{height}",
+                f"--screenshot={png_path}",
+                page.as_uri(),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
     return png_path.exists()
 
 

@@ -53,8 +53,13 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> bool:
 
 
 def start_recorder(addr: str, output: str, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen(trainmon_cmd("record", "--output", output, "--listen", addr, "-q", *extra),
-                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        trainmon_cmd("record", "--output", output, "--listen", addr, "-q", *extra),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert wait_for(lambda: os.path.exists(addr) or proc.poll() is not None, 20), "recorder did not start"
     assert proc.poll() is None, proc.communicate()
     return proc
@@ -70,13 +75,19 @@ def stop(proc: subprocess.Popen, timeout: float = 20.0) -> tuple[str, str]:
 def run_train(addr: str | None, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
     extra = {"TRAINMON_ADDR": addr} if addr else {}
     extra.update(env)
-    return subprocess.run([PY, "-m", "trainmon.demo.train", *args], env=child_env(**extra),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [PY, "-m", "trainmon.demo.train", *args],
+        env=child_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def report_json(path: str) -> dict:
-    res = subprocess.run(trainmon_cmd("report", path, "--format", "json"), env=child_env(),
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        trainmon_cmd("report", path, "--format", "json"), env=child_env(), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 

@@ -93,6 +93,7 @@ NVML_GPM_SUPPORT_VERSION = 1
 
 # ---------------------------------------------------------------- errors, generated like the binding's
 
+
 class NVMLLibraryMismatchError(Exception):
     pass
 
@@ -142,7 +143,7 @@ def _make_error_classes() -> dict[str, type[NVMLError]]:
     for const, code in sorted(globals().items()):
         if not const.startswith("NVML_ERROR_"):
             continue
-        name = "NVMLError_" + string.capwords(const[len("NVML_ERROR_"):], "_").replace("_", "")
+        name = "NVMLError_" + string.capwords(const[len("NVML_ERROR_") :], "_").replace("_", "")
 
         def new(cls: type, *args: Any, _code: int = code) -> NVMLError:
             return NVMLError.__new__(cls, _code)
@@ -164,6 +165,7 @@ NVMLError_NotFound = _ERROR_CLASSES["NVMLError_NotFound"]
 
 # ---------------------------------------------------------------- structures (same fields as the binding)
 
+
 class c_nvmlUtilization_t(Structure):
     _fields_ = [("gpu", c_uint), ("memory", c_uint)]
 
@@ -173,8 +175,15 @@ class c_nvmlMemory_t(Structure):
 
 
 class c_nvmlValue_t(Union):
-    _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong),
-                ("sllVal", c_longlong), ("siVal", c_int), ("usVal", c_ushort)]
+    _fields_ = [
+        ("dVal", c_double),
+        ("uiVal", c_uint),
+        ("ulVal", c_ulong),
+        ("ullVal", c_ulonglong),
+        ("sllVal", c_longlong),
+        ("siVal", c_int),
+        ("usVal", c_ushort),
+    ]
 
 
 class c_nvmlSample_t(Structure):
@@ -182,8 +191,14 @@ class c_nvmlSample_t(Structure):
 
 
 class c_nvmlProcessUtilizationSample_t(Structure):
-    _fields_ = [("pid", c_uint), ("timeStamp", c_ulonglong), ("smUtil", c_uint), ("memUtil", c_uint),
-                ("encUtil", c_uint), ("decUtil", c_uint)]
+    _fields_ = [
+        ("pid", c_uint),
+        ("timeStamp", c_ulonglong),
+        ("smUtil", c_uint),
+        ("memUtil", c_uint),
+        ("encUtil", c_uint),
+        ("decUtil", c_uint),
+    ]
 
 
 class struct_c_nvmlGpmSample_t(Structure):
@@ -199,13 +214,17 @@ class c_metricInfo_t(Structure):
 
 
 class c_nvmlGpmMetric_t(Structure):
-    _fields_ = [("metricId", c_uint), ("nvmlReturn", c_uint), ("value", c_double),
-                ("metricInfo", c_metricInfo_t)]
+    _fields_ = [("metricId", c_uint), ("nvmlReturn", c_uint), ("value", c_double), ("metricInfo", c_metricInfo_t)]
 
 
 class c_nvmlGpmMetricsGet_t(Structure):
-    _fields_ = [("version", c_uint), ("numMetrics", c_uint), ("sample1", c_nvmlGpmSample_t),
-                ("sample2", c_nvmlGpmSample_t), ("metrics", c_nvmlGpmMetric_t * NVML_GPM_METRIC_MAX)]
+    _fields_ = [
+        ("version", c_uint),
+        ("numMetrics", c_uint),
+        ("sample1", c_nvmlGpmSample_t),
+        ("sample2", c_nvmlGpmSample_t),
+        ("metrics", c_nvmlGpmMetric_t * NVML_GPM_METRIC_MAX),
+    ]
 
 
 class c_nvmlGpmSupport_t(Structure):
@@ -217,7 +236,7 @@ class c_nvmlGpmSupport_t(Structure):
 # Module-level names the fake serves as attributes, like the binding's module namespace.
 _EXPORTED = ("NVML", "c_nvml", "struct_c_nvml", "nvmlClocksEventReason")
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @dataclass
@@ -241,16 +260,21 @@ class FakeDevice:
     pcie_tx_kb: int = 512
     gpm_supported: bool = False
     # NVML_GPM_METRIC_* id → value; ids left out answer NOT_SUPPORTED in their metric slot.
-    gpm: dict[int, float] = field(default_factory=lambda: {NVML_GPM_METRIC_SM_UTIL: 63.5,
-                                                           NVML_GPM_METRIC_SM_OCCUPANCY: 22.25,
-                                                           NVML_GPM_METRIC_ANY_TENSOR_UTIL: 41.0,
-                                                           NVML_GPM_METRIC_DRAM_BW_UTIL: 55.5})
+    gpm: dict[int, float] = field(
+        default_factory=lambda: {
+            NVML_GPM_METRIC_SM_UTIL: 63.5,
+            NVML_GPM_METRIC_SM_OCCUPANCY: 22.25,
+            NVML_GPM_METRIC_ANY_TENSOR_UTIL: 41.0,
+            NVML_GPM_METRIC_DRAM_BW_UTIL: 55.5,
+        }
+    )
     sample_value_type: int = NVML_VALUE_TYPE_UNSIGNED_INT
     # The driver keeps bounded ring buffers of recent samples.
     util_samples: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=120))  # (ts µs, value)
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes or None)
     process_samples: deque[tuple[int, int, int, int]] = field(
-        default_factory=lambda: deque(maxlen=100))  # (pid, ts, sm, mem)
+        default_factory=lambda: deque(maxlen=100)
+    )  # (pid, ts, sm, mem)
     failures: dict[str, int] = field(default_factory=dict)  # function name → NVML error code
     lost: bool = False
     removed: bool = False
@@ -271,8 +295,9 @@ class FakeHandle:
 class FakeNvml:
     """Module-like fake of `pynvml`. All NVML_* constants, error classes and structures are attributes too."""
 
-    def __init__(self, n_devices: int = 1, *, gpm: bool = False, init_error: int | None = None,
-                 **device_values: Any) -> None:
+    def __init__(
+        self, n_devices: int = 1, *, gpm: bool = False, init_error: int | None = None, **device_values: Any
+    ) -> None:
         self.devices: list[FakeDevice] = []
         self.init_error = init_error
         self.init_count = 0
@@ -422,8 +447,9 @@ class FakeNvml:
         newer = [(ts, v) for ts, v in dev.util_samples if ts > timeStamp]
         if not newer:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
-        field_name = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                      6: "usVal"}[dev.sample_value_type]
+        field_name = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}[
+            dev.sample_value_type
+        ]
         out = []
         for ts, v in newer:
             value = c_nvmlValue_t()
@@ -472,8 +498,10 @@ class FakeNvml:
     def _procs(self, name: str, handle: Any) -> list[Any]:
         dev = self._dev(name, handle)
         # The binding returns nvmlFriendlyObject: plain attributes, usedGpuMemory None where n/a.
-        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-                for pid, used in dev.processes]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+            for pid, used in dev.processes
+        ]
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[Any]:
         return self._procs("nvmlDeviceGetComputeRunningProcesses_v3", handle)
@@ -486,8 +514,9 @@ class FakeNvml:
             return self._procs("nvmlDeviceGetComputeRunningProcesses", handle)
         except NVMLError_FunctionNotFound:
             # The binding's unversioned wrapper turns this into its own exception type.
-            raise NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does not match "
-                                           "the NVML lib version.") from None
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib version."
+            ) from None
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         dev = self._dev("nvmlDeviceGetProcessUtilization", handle)

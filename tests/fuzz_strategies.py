@@ -20,28 +20,68 @@ INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=16),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
-HELLO_KEYS = ("host", "session", "name", "argv", "rank", "local_rank", "world_size", "job", "torch", "device",
-              "mono_ns", "wall", "connection", "sent_records", "dropped_records", "protocol", "ppid")
-LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "drop_last",
-               "dataset", "dataset_len", "sampler", "multiprocessing_context", "attached_late")
+HELLO_KEYS = (
+    "host",
+    "session",
+    "name",
+    "argv",
+    "rank",
+    "local_rank",
+    "world_size",
+    "job",
+    "torch",
+    "device",
+    "mono_ns",
+    "wall",
+    "connection",
+    "sent_records",
+    "dropped_records",
+    "protocol",
+    "ppid",
+)
+LOADER_KEYS = (
+    "batch_size",
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "drop_last",
+    "dataset",
+    "dataset_len",
+    "sampler",
+    "multiprocessing_context",
+    "attached_late",
+)
 small_or_any = st.one_of(st.integers(0, 6), json_values)
 
-counts = st.fixed_dictionaries({}, optional={
-    "step": small_or_any, "opt": small_or_any,
-    "wait": st.dictionaries(st.one_of(st.sampled_from(["0", "1", "2", "99999", "x", "²"]), st.text(max_size=4)),
-                            small_or_any, max_size=4)})
+counts = st.fixed_dictionaries(
+    {},
+    optional={
+        "step": small_or_any,
+        "opt": small_or_any,
+        "wait": st.dictionaries(
+            st.one_of(st.sampled_from(["0", "1", "2", "99999", "x", "²"]), st.text(max_size=4)),
+            small_or_any,
+            max_size=4,
+        ),
+    },
+)
 hellos = st.fixed_dictionaries(
     {"pid": st.one_of(st.integers(1, 4), json_values)},
-    optional={**{k: json_values for k in HELLO_KEYS}, "counts": counts, "session": st.sampled_from(["a", "b"])})
+    optional={**{k: json_values for k in HELLO_KEYS}, "counts": counts, "session": st.sampled_from(["a", "b"])},
+)
 infos = st.one_of(
-    st.fixed_dictionaries({"loader": st.fixed_dictionaries({"id": small_or_any},
-                                                           optional={k: json_values for k in LOADER_KEYS})}),
+    st.fixed_dictionaries(
+        {"loader": st.fixed_dictionaries({"id": small_or_any}, optional={k: json_values for k in LOADER_KEYS})}
+    ),
     st.fixed_dictionaries({"workers": st.fixed_dictionaries({"loader": small_or_any, "pids": json_values})}),
     st.fixed_dictionaries({"name": st.fixed_dictionaries({"id": small_or_any, "name": json_values})}),
     st.dictionaries(st.sampled_from(["drops", "device", "bye", "other"]), json_values, min_size=1, max_size=3),
-    st.dictionaries(st.text(max_size=8), json_values, max_size=3))
+    st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+)
 
 
 @st.composite
@@ -76,7 +116,8 @@ frames = st.one_of(
     st.binary(max_size=40),
 )
 streams = st.tuples(st.one_of(st.just(P.PREAMBLE), st.binary(max_size=8)), st.lists(frames, max_size=12)).map(
-    lambda s: s[0] + b"".join(s[1]))
+    lambda s: s[0] + b"".join(s[1])
+)
 
 
 class WireHarness:
@@ -114,8 +155,11 @@ def check_bounded(reader: P.FrameReader, store: Store) -> None:
     for run in store.runs.values():
         assert len(run.loaders) <= MAX_LOADERS + 1
         assert len(run.names) <= P.MAX_NAMES
-        assert all(isinstance(v, (int, float, str, bool, type(None))) for v in run.hello.values()
-                   if not isinstance(v, (list, dict)))
+        assert all(
+            isinstance(v, (int, float, str, bool, type(None)))
+            for v in run.hello.values()
+            if not isinstance(v, (list, dict))
+        )
 
 
 # ------------------------------------------------------------------ recordings
@@ -131,8 +175,9 @@ def _record_body(kind: int, draw) -> bytes:
     if kind == R.R_CLOSED:
         return run_t + draw(st.binary(max_size=16))
     if kind == R.R_SAMPLE:
-        values = draw(st.dictionaries(st.text(max_size=12), st.one_of(st.floats(), st.integers(), json_values),
-                                      max_size=5))
+        values = draw(
+            st.dictionaries(st.text(max_size=12), st.one_of(st.floats(), st.integers(), json_values), max_size=5)
+        )
         return R.T_ONLY.pack(draw(st.floats())) + _json_bytes(values)
     if kind == R.R_META:
         return R.T_ONLY.pack(draw(st.floats())) + _json_bytes(draw(st.dictionaries(st.text(max_size=8), json_values)))

@@ -59,8 +59,13 @@ class Lines:
 
 def start_steady(addr: str | None, steps: int, step_ms: float, **env: str) -> tuple[subprocess.Popen, Lines]:
     extra = {"TRAINMON_ADDR": addr} if addr else {"TRAINMON_DISABLE": "1"}
-    proc = subprocess.Popen([PY, STEADY, str(steps), str(step_ms)], env=child_env(**extra, **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PY, STEADY, str(steps), str(step_ms)],
+        env=child_env(**extra, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, Lines(proc)
 
 
@@ -88,8 +93,13 @@ class StepStats:
     @classmethod
     def of(cls, result: dict) -> StepStats:
         times = sorted(result["times"][5:])  # the first steps warm up torch
-        return cls(statistics.median(times) * 1e3, times[int(len(times) * 0.99)] * 1e3, times[-1] * 1e3,
-                   result["wall"], (result["rss1_kb"] - result["rss0_kb"]) / 1024)
+        return cls(
+            statistics.median(times) * 1e3,
+            times[int(len(times) * 0.99)] * 1e3,
+            times[-1] * 1e3,
+            result["wall"],
+            (result["rss1_kb"] - result["rss0_kb"]) / 1024,
+        )
 
 
 def assert_unaffected(test: str, base: dict, run: dict, **figures: object) -> None:
@@ -99,8 +109,9 @@ def assert_unaffected(test: str, base: dict, run: dict, **figures: object) -> No
     would take the freeze (10 s) or a connect timeout (0.5 s or more), far outside them.
     """
     b, r = StepStats.of(base), StepStats.of(run)
-    note(test, base=vars(b), run=vars(r), median_ratio=round(r.median_ms / b.median_ms, 4),
-         agent=run["agent"], **figures)
+    note(
+        test, base=vars(b), run=vars(r), median_ratio=round(r.median_ms / b.median_ms, 4), agent=run["agent"], **figures
+    )
     assert run["steps"] == base["steps"]
     assert r.median_ms <= b.median_ms * 1.05 + 0.3, (b, r)  # within 5 % (+0.3 ms of timer noise)
     assert r.wall_s <= b.wall_s * 1.10 + 0.3, (b, r)

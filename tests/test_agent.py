@@ -16,11 +16,16 @@ from trainmon.monitor import Monitor
 LOOP = str(Path(__file__).parent / "workloads" / "loop.py")
 
 
-def _loop(addr: str, steps: int = 60, workers: int = 0, ctx: str = "none", sleep_ms: float = 0.0,
-          **env: str) -> subprocess.Popen:
-    return subprocess.Popen([PY, LOOP, str(steps), str(workers), ctx, str(sleep_ms)],
-                            env=child_env(TRAINMON_ADDR=addr, **env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def _loop(
+    addr: str, steps: int = 60, workers: int = 0, ctx: str = "none", sleep_ms: float = 0.0, **env: str
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [PY, LOOP, str(steps), str(workers), ctx, str(sleep_ms)],
+        env=child_env(TRAINMON_ADDR=addr, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[dict, str]:
@@ -42,9 +47,11 @@ def _runs_done(monitor: Monitor, n: int):
 
 
 def test_attach_without_monitor_is_fast_and_silent(sock_dir):
-    code = ("import time, json, trainmon.agent as a\n"
-            "t = time.perf_counter(); ok = a.attach(%r); dt = time.perf_counter() - t\n"
-            "print(json.dumps({'ok': ok, 'dt': dt}))" % (sock_dir + "/nobody.sock"))
+    code = (
+        "import time, json, trainmon.agent as a\n"
+        "t = time.perf_counter(); ok = a.attach(%r); dt = time.perf_counter() - t\n"
+        "print(json.dumps({'ok': ok, 'dt': dt}))" % (sock_dir + "/nobody.sock")
+    )
     res = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stderr == ""
     out = json.loads(res.stdout)
@@ -106,13 +113,19 @@ def test_trainmon_disable_makes_attach_a_no_op(monitor, addr):
 
 
 def test_hello_carries_identity_config_and_redacted_argv(monitor, addr):
-    code = ("import sys, torch, trainmon.agent as a\nsys.argv = ['train.py', '--api-key=SECRET1', '--lr', '1']\n"
-            "a.attach(name='exp-7')\n"
-            "dl = torch.utils.data.DataLoader(list(range(12)), batch_size=3, pin_memory=False, drop_last=True)\n"
-            "for _ in dl: a.step()\n")
-    res = subprocess.run([sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr, RANK="3", WORLD_SIZE="4",
-                                                                      LOCAL_RANK="1", MASTER_PORT="29500"),
-                         capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys, torch, trainmon.agent as a\nsys.argv = ['train.py', '--api-key=SECRET1', '--lr', '1']\n"
+        "a.attach(name='exp-7')\n"
+        "dl = torch.utils.data.DataLoader(list(range(12)), batch_size=3, pin_memory=False, drop_last=True)\n"
+        "for _ in dl: a.step()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env=child_env(TRAINMON_ADDR=addr, RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", MASTER_PORT="29500"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert wait_for(_runs_done(monitor, 1), 10)
     run = next(iter(monitor.store.runs.values()))
@@ -126,12 +139,15 @@ def test_hello_carries_identity_config_and_redacted_argv(monitor, addr):
 
 
 def test_marks_phases_and_checkpoints_reach_the_monitor(monitor, addr, tmp_path):
-    code = ("import torch, trainmon.agent as a\na.attach()\n"
-            "a.mark('lr-drop')\n"
-            "with a.phase('eval'):\n    pass\n"
-            f"torch.save({{'w': torch.zeros(10)}}, {str(tmp_path / 'c.pt')!r})\n")
-    res = subprocess.run([sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr), capture_output=True,
-                         text=True, timeout=120)
+    code = (
+        "import torch, trainmon.agent as a\na.attach()\n"
+        "a.mark('lr-drop')\n"
+        "with a.phase('eval'):\n    pass\n"
+        f"torch.save({{'w': torch.zeros(10)}}, {str(tmp_path / 'c.pt')!r})\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert wait_for(_runs_done(monitor, 1), 10)
     run = next(iter(monitor.store.runs.values()))
@@ -142,12 +158,15 @@ def test_marks_phases_and_checkpoints_reach_the_monitor(monitor, addr, tmp_path)
 
 
 def test_attach_before_torch_import_patches_on_import(monitor, addr):
-    code = ("import sys, trainmon.agent as a\na.attach()\nassert 'torch' not in sys.modules\n"
-            "import torch\nm = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-            "for x in torch.utils.data.DataLoader(torch.ones(20, 2), batch_size=2):\n"
-            "    o.zero_grad(); m(x).sum().backward(); o.step()\n")
-    res = subprocess.run([sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr), capture_output=True,
-                         text=True, timeout=120)
+    code = (
+        "import sys, trainmon.agent as a\na.attach()\nassert 'torch' not in sys.modules\n"
+        "import torch\nm = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for x in torch.utils.data.DataLoader(torch.ones(20, 2), batch_size=2):\n"
+        "    o.zero_grad(); m(x).sum().backward(); o.step()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert wait_for(_runs_done(monitor, 1), 10)
     run = next(iter(monitor.store.runs.values()))

@@ -15,8 +15,19 @@ import pytest
 
 from trainmon.sources.disk import DiskSource
 
-FIELDS = ("rd_ios", "rd_merges", "rd_sectors", "rd_ticks", "wr_ios", "wr_merges", "wr_sectors", "wr_ticks",
-          "in_flight", "io_ticks", "rq_ticks")
+FIELDS = (
+    "rd_ios",
+    "rd_merges",
+    "rd_sectors",
+    "rd_ticks",
+    "wr_ios",
+    "wr_merges",
+    "wr_sectors",
+    "wr_ticks",
+    "in_flight",
+    "io_ticks",
+    "rq_ticks",
+)
 
 
 class Clock:
@@ -45,23 +56,47 @@ def env(tmp_path: Path):
 
 def test_first_call_primes_then_exact_iostat_columns(env) -> None:
     src, stats, clock = env
-    stats.write_text(line("sda", rd_ios=100, rd_sectors=8000, rd_ticks=50, wr_ios=10, wr_sectors=160,
-                          wr_ticks=20, io_ticks=1000, rq_ticks=3000))
+    stats.write_text(
+        line(
+            "sda",
+            rd_ios=100,
+            rd_sectors=8000,
+            rd_ticks=50,
+            wr_ios=10,
+            wr_sectors=160,
+            wr_ticks=20,
+            io_ticks=1000,
+            rq_ticks=3000,
+        )
+    )
     assert src.sample(0.0) == {}
-    stats.write_text(line("sda", rd_ios=300, rd_sectors=8000 + 2 * 2048 * 50, rd_ticks=450, wr_ios=30,
-                          wr_sectors=160 + 2048 * 4, wr_ticks=120, io_ticks=1500, rq_ticks=4000))
+    stats.write_text(
+        line(
+            "sda",
+            rd_ios=300,
+            rd_sectors=8000 + 2 * 2048 * 50,
+            rd_ticks=450,
+            wr_ios=30,
+            wr_sectors=160 + 2048 * 4,
+            wr_ticks=120,
+            io_ticks=1500,
+            rq_ticks=4000,
+        )
+    )
     clock.t += 2.0
     out = src.sample(2.0)
-    assert out == pytest.approx({
-        "disk.sda.r_s": 100.0,
-        "disk.sda.w_s": 10.0,
-        "disk.sda.read_mb_s": 50.0,
-        "disk.sda.write_mb_s": 2.0,
-        "disk.sda.util_pct": 25.0,
-        "disk.sda.r_await_ms": 2.0,
-        "disk.sda.w_await_ms": 5.0,
-        "disk.sda.aqu_sz": 0.5,
-    })
+    assert out == pytest.approx(
+        {
+            "disk.sda.r_s": 100.0,
+            "disk.sda.w_s": 10.0,
+            "disk.sda.read_mb_s": 50.0,
+            "disk.sda.write_mb_s": 2.0,
+            "disk.sda.util_pct": 25.0,
+            "disk.sda.r_await_ms": 2.0,
+            "disk.sda.w_await_ms": 5.0,
+            "disk.sda.aqu_sz": 0.5,
+        }
+    )
     assert src.devices() == ["sda"]
 
 
@@ -80,9 +115,15 @@ def test_no_io_means_zero_await_and_util_is_capped(env) -> None:
 
 def test_partitions_idle_loops_skipped_dm_and_slash_names_kept(env) -> None:
     src, stats, clock = env
-    text = (line("sda", rd_ios=1) + line("sda1", minor=1, rd_ios=1) + line("nvme0n1", 259, 0, rd_ios=1)
-            + line("nvme0n1p2", 259, 2, rd_ios=1) + line("loop0", 7, 0) + line("dm-0", 253, 0, wr_ios=3)
-            + line("cciss/c0d0", 104, 0, rd_ios=2))
+    text = (
+        line("sda", rd_ios=1)
+        + line("sda1", minor=1, rd_ios=1)
+        + line("nvme0n1", 259, 0, rd_ios=1)
+        + line("nvme0n1p2", 259, 2, rd_ios=1)
+        + line("loop0", 7, 0)
+        + line("dm-0", 253, 0, wr_ios=3)
+        + line("cciss/c0d0", 104, 0, rd_ios=2)
+    )
     stats.write_text(text)
     src.sample(0.0)
     clock.t += 1.0
@@ -176,6 +217,7 @@ def test_real_proc_diskstats_values_are_finite() -> None:
 
 # ---- real comparison with iostat ---------------------------------------------------------------
 
+
 def disk_of(path: Path) -> str | None:
     """The whole block device holding `path` (partitions mapped to their parent), or None."""
     st_dev = os.stat(path).st_dev
@@ -226,21 +268,28 @@ def test_matches_iostat_under_sustained_direct_reads(data_file: Path) -> None:
     dev = disk_of(data_file)
     if dev is None:
         pytest.skip(f"{data_file} is not on a block device (tmpfs/overlay/btrfs subvolume)")
-    probe = subprocess.run(["dd", f"if={data_file}", "of=/dev/null", "iflag=direct", "bs=1M", "count=1"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["dd", f"if={data_file}", "of=/dev/null", "iflag=direct", "bs=1M", "count=1"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"direct I/O unsupported here: {probe.stderr.strip()}")
 
     # O_DIRECT bypasses the page cache, so looping over a 256 MB file keeps the disk reading the whole time.
     loop = subprocess.Popen(
         ["sh", "-c", f"while :; do dd if='{data_file}' of=/dev/null iflag=direct bs=1M status=none || exit 3; done"],
-        start_new_session=True)
+        start_new_session=True,
+    )
     try:
         time.sleep(0.5)  # let the read stream settle
         env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never", "S_TIME_FORMAT": ""}
         src = DiskSource()
-        stat = subprocess.Popen([iostat, "-x", "-d", "-k", dev, "3", "2"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
+        stat = subprocess.Popen(
+            [iostat, "-x", "-d", "-k", dev, "3", "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         src.sample(time.monotonic())
         out_text, err_text = stat.communicate(timeout=15)
         ours = src.sample(time.monotonic())

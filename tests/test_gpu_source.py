@@ -31,22 +31,43 @@ def assert_all_floats(out: dict[str, float]) -> None:
 
 # ---------------------------------------------------------------- values and units
 
+
 def test_values_flow_through_with_unit_conversions():
     fake = FakeNvml(1)
-    fake.devices[0].__dict__.update(util_gpu=93, util_mem=17, mem_total=80 * GIB, mem_used=12 * GIB + 512 * 1024**2,
-                                    power_mw=456_789, power_limit_mw=700_000, temp_c=72, sm_clock=1755,
-                                    mem_clock=2619, sm_clock_max=1980, pcie_rx_kb=3 * 1024 * 1024, pcie_tx_kb=1536,
-                                    clock_reasons=fk.nvmlClocksEventReasonSwPowerCap
-                                    | fk.nvmlClocksEventReasonSwThermalSlowdown)
+    fake.devices[0].__dict__.update(
+        util_gpu=93,
+        util_mem=17,
+        mem_total=80 * GIB,
+        mem_used=12 * GIB + 512 * 1024**2,
+        power_mw=456_789,
+        power_limit_mw=700_000,
+        temp_c=72,
+        sm_clock=1755,
+        mem_clock=2619,
+        sm_clock_max=1980,
+        pcie_rx_kb=3 * 1024 * 1024,
+        pcie_tx_kb=1536,
+        clock_reasons=fk.nvmlClocksEventReasonSwPowerCap | fk.nvmlClocksEventReasonSwThermalSlowdown,
+    )
     src = GpuSource(fake)
     assert src.error is None and src.available
     out = src.sample(1.0)
     assert out == {
-        "gpu.0.util": 93.0, "gpu.0.util_min": 93.0, "gpu.0.util_max": 93.0, "gpu.0.mem_util": 17.0,
-        "gpu.0.mem_used_mb": 12 * 1024 + 512.0, "gpu.0.mem_total_mb": 80 * 1024.0,
-        "gpu.0.power_w": 456.789, "gpu.0.power_limit_w": 700.0, "gpu.0.temp_c": 72.0,
-        "gpu.0.sm_clock_mhz": 1755.0, "gpu.0.mem_clock_mhz": 2619.0, "gpu.0.sm_clock_max_mhz": 1980.0,
-        "gpu.0.throttle": float(0x4 | 0x20), "gpu.0.pcie_rx_mb_s": 3 * 1024.0, "gpu.0.pcie_tx_mb_s": 1.5,
+        "gpu.0.util": 93.0,
+        "gpu.0.util_min": 93.0,
+        "gpu.0.util_max": 93.0,
+        "gpu.0.mem_util": 17.0,
+        "gpu.0.mem_used_mb": 12 * 1024 + 512.0,
+        "gpu.0.mem_total_mb": 80 * 1024.0,
+        "gpu.0.power_w": 456.789,
+        "gpu.0.power_limit_w": 700.0,
+        "gpu.0.temp_c": 72.0,
+        "gpu.0.sm_clock_mhz": 1755.0,
+        "gpu.0.mem_clock_mhz": 2619.0,
+        "gpu.0.sm_clock_max_mhz": 1980.0,
+        "gpu.0.throttle": float(0x4 | 0x20),
+        "gpu.0.pcie_rx_mb_s": 3 * 1024.0,
+        "gpu.0.pcie_tx_mb_s": 1.5,
     }
     assert_all_floats(out)
     assert src.na_reasons == {}
@@ -74,6 +95,7 @@ def test_handles_are_cached_and_static_values_asked_once():
 
 
 # ---------------------------------------------------------------- utilisation samples
+
 
 def test_util_min_max_come_from_samples_since_the_last_call():
     fake, src = make(1)
@@ -115,6 +137,7 @@ def test_sample_values_are_decoded_by_value_type():
 
 
 # ---------------------------------------------------------------- GPM
+
 
 def test_gpm_metrics_present_only_when_supported():
     fake = FakeNvml(2)
@@ -173,8 +196,9 @@ def test_gpm_sample_failure_restarts_the_pair():
     assert src.sample(4.0)["gpu.0.gpm.sm_active"] == 63.5
 
 
-@pytest.mark.parametrize(("code", "words"), [(fk.NVML_ERROR_FUNCTION_NOT_FOUND, "driver"),
-                                             (fk.NVML_ERROR_NOT_SUPPORTED, "Hopper")])
+@pytest.mark.parametrize(
+    ("code", "words"), [(fk.NVML_ERROR_FUNCTION_NOT_FOUND, "driver"), (fk.NVML_ERROR_NOT_SUPPORTED, "Hopper")]
+)
 def test_gpm_unsupported_by_driver_says_why(code, words):
     fake = FakeNvml(1, gpm=True)
     fake.fail("nvmlGpmQueryDeviceSupport", code)
@@ -208,8 +232,12 @@ FEEDS = {
     "nvmlDeviceGetMaxClockInfo": ["sm_clock_max_mhz"],
     "nvmlDeviceGetPcieThroughput": ["pcie_rx_mb_s", "pcie_tx_mb_s"],
 }
-ERRORS = {fk.NVML_ERROR_NOT_SUPPORTED: "Not Supported", fk.NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
-          fk.NVML_ERROR_TIMEOUT: "Timeout", fk.NVML_ERROR_UNKNOWN: "Unknown Error"}
+ERRORS = {
+    fk.NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    fk.NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    fk.NVML_ERROR_TIMEOUT: "Timeout",
+    fk.NVML_ERROR_UNKNOWN: "Unknown Error",
+}
 
 
 @pytest.mark.parametrize("code", list(ERRORS))
@@ -353,15 +381,35 @@ def test_lost_at_enumeration_does_not_break_the_others():
 def test_never_raises_under_random_faults_and_hotplug(seed, caplog):
     rng = random.Random(seed)
     fake, src = make(4, gpm=True)
-    functions = [*FEEDS, "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName",
-                 "nvmlDeviceGetUUID", "nvmlDeviceGetCurrentClocksEventReasons",
-                 "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlGpmSampleGet", "nvmlGpmMetricsGet",
-                 "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlDeviceGetComputeRunningProcesses_v3",
-                 "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses",
-                 "nvmlDeviceGetProcessUtilization"]
-    codes = [fk.NVML_ERROR_NOT_SUPPORTED, fk.NVML_ERROR_FUNCTION_NOT_FOUND, fk.NVML_ERROR_GPU_IS_LOST,
-             fk.NVML_ERROR_TIMEOUT, fk.NVML_ERROR_UNKNOWN, fk.NVML_ERROR_NO_PERMISSION, fk.NVML_ERROR_RESET_REQUIRED,
-             fk.NVML_ERROR_UNINITIALIZED, fk.NVML_ERROR_INSUFFICIENT_SIZE, 12345]
+    functions = [
+        *FEEDS,
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlGpmSampleGet",
+        "nvmlGpmMetricsGet",
+        "nvmlGpmQueryDeviceSupport",
+        "nvmlGpmSampleAlloc",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetProcessUtilization",
+    ]
+    codes = [
+        fk.NVML_ERROR_NOT_SUPPORTED,
+        fk.NVML_ERROR_FUNCTION_NOT_FOUND,
+        fk.NVML_ERROR_GPU_IS_LOST,
+        fk.NVML_ERROR_TIMEOUT,
+        fk.NVML_ERROR_UNKNOWN,
+        fk.NVML_ERROR_NO_PERMISSION,
+        fk.NVML_ERROR_RESET_REQUIRED,
+        fk.NVML_ERROR_UNINITIALIZED,
+        fk.NVML_ERROR_INSUFFICIENT_SIZE,
+        12345,
+    ]
     for dev in fake.devices:
         dev.processes = [(100, GIB), (200, None)]
     for step in range(300):
@@ -392,8 +440,14 @@ def test_never_raises_under_random_faults_and_hotplug(seed, caplog):
 
 # ---------------------------------------------------------------- init failures
 
-@pytest.mark.parametrize(("code", "text"), [(fk.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
-                                            (fk.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded")])
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (fk.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
+        (fk.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    ],
+)
 def test_no_driver_makes_the_source_unavailable(code, text):
     fake = FakeNvml(2, init_error=code)
     src = GpuSource(fake)
@@ -450,6 +504,7 @@ def test_close_shuts_nvml_down_once_and_frees_gpm_samples():
 
 
 # ---------------------------------------------------------------- CUDA_VISIBLE_DEVICES
+
 
 def test_resolve_visible_by_index():
     _, src = make(4)
@@ -508,6 +563,7 @@ def test_devices_lists_names_uuids_memory_and_visibility():
 
 # ---------------------------------------------------------------- hot-plug
 
+
 def test_device_count_change_re_enumerates():
     fake, src = make(2)
     assert {k.split(".")[1] for k in src.sample(1.0)} == {"0", "1"}
@@ -529,6 +585,7 @@ def test_count_failure_keeps_the_known_devices():
 
 
 # ---------------------------------------------------------------- processes
+
 
 def test_process_usage_memory_and_sm_share():
     fake, src = make(2)
@@ -620,6 +677,7 @@ def test_process_usage_with_a_lost_gpu():
 
 # ---------------------------------------------------------------- the real NVML
 
+
 @pytest.mark.gpu
 def test_real_nvml_reports_util_and_memory():
     src = GpuSource()
@@ -628,12 +686,14 @@ def test_real_nvml_reports_util_and_memory():
             pytest.skip(src.error or "NVML sees no GPU")
         src.sample(0.0)
         import time
+
         time.sleep(0.3)
         out = src.sample(0.3)
         devices = src.devices()
         assert devices and all(d["uuid"].startswith(("GPU-", "MIG-")) for d in devices)
-        numeric = [i for i in range(len(devices))
-                   if not isnan(out[f"gpu.{i}.util"]) and out[f"gpu.{i}.mem_total_mb"] > 0]
+        numeric = [
+            i for i in range(len(devices)) if not isnan(out[f"gpu.{i}.util"]) and out[f"gpu.{i}.mem_total_mb"] > 0
+        ]
         assert numeric, (out, src.na_reasons)
         assert src.resolve_visible(devices[0]["uuid"]) == [0]
         assert all(isinstance(p, int) for p in src.process_usage())
@@ -647,6 +707,7 @@ def test_real_nvml_reports_util_and_memory():
 
 
 # ---------------------------------------------------------------- more state transitions
+
 
 def test_gpm_reasons_clear_after_a_lost_gpu_comes_back():
     fake, src = make(1, gpm=True)
@@ -681,6 +742,7 @@ def test_na_reasons_is_a_snapshot():
 
 # ---------------------------------------------------------------- the fake stays faithful to the binding
 
+
 def test_fake_mirrors_the_real_binding():
     import inspect
 
@@ -692,13 +754,26 @@ def test_fake_mirrors_the_real_binding():
             want = [p for p in inspect.signature(getattr(real, name)).parameters if p != "kwargs"]
             got = list(inspect.signature(getattr(fake, name)).parameters)
             assert got == want, (name, got, want)
-    for code in (fk.NVML_ERROR_NOT_SUPPORTED, fk.NVML_ERROR_FUNCTION_NOT_FOUND, fk.NVML_ERROR_GPU_IS_LOST,
-                 fk.NVML_ERROR_TIMEOUT, fk.NVML_ERROR_LIBRARY_NOT_FOUND, fk.NVML_ERROR_DRIVER_NOT_LOADED):
+    for code in (
+        fk.NVML_ERROR_NOT_SUPPORTED,
+        fk.NVML_ERROR_FUNCTION_NOT_FOUND,
+        fk.NVML_ERROR_GPU_IS_LOST,
+        fk.NVML_ERROR_TIMEOUT,
+        fk.NVML_ERROR_LIBRARY_NOT_FOUND,
+        fk.NVML_ERROR_DRIVER_NOT_LOADED,
+    ):
         assert type(fake.NVMLError(code)).__name__ == type(real.NVMLError(code)).__name__
         assert str(fake.NVMLError(code)) == str(real.NVMLError(code))
     for const in [n for n in vars(fk) if n.startswith(("NVML_", "nvmlClocksEventReason"))]:
         assert getattr(real, const) == getattr(fk, const), const
-    for struct in ("c_nvmlUtilization_t", "c_nvmlMemory_t", "c_nvmlSample_t", "c_nvmlValue_t",
-                   "c_nvmlProcessUtilizationSample_t", "c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t",
-                   "c_nvmlGpmSupport_t"):
+    for struct in (
+        "c_nvmlUtilization_t",
+        "c_nvmlMemory_t",
+        "c_nvmlSample_t",
+        "c_nvmlValue_t",
+        "c_nvmlProcessUtilizationSample_t",
+        "c_nvmlGpmMetricsGet_t",
+        "c_nvmlGpmMetric_t",
+        "c_nvmlGpmSupport_t",
+    ):
         assert [f[0] for f in getattr(fk, struct)._fields_] == [f[0] for f in getattr(real, struct)._fields_], struct

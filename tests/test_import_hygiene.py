@@ -27,8 +27,14 @@ def test_agent_and_protocol_use_only_the_standard_library(module):
     third = {m for m in mods if m.split(".")[0] in THIRD_PARTY}
     assert not third, f"{module} imported {sorted(third)}"
     ours = {m for m in mods if m.startswith("trainmon.")}
-    assert ours <= {"trainmon.agent", "trainmon.agent._hot", "trainmon.agent._sender", "trainmon.agent._redact",
-                    "trainmon.agent._torch_hooks", "trainmon.protocol"}, ours
+    assert ours <= {
+        "trainmon.agent",
+        "trainmon.agent._hot",
+        "trainmon.agent._sender",
+        "trainmon.agent._redact",
+        "trainmon.agent._torch_hooks",
+        "trainmon.protocol",
+    }, ours
 
 
 def test_attach_does_not_import_torch():
@@ -36,26 +42,49 @@ def test_attach_does_not_import_torch():
     assert "torch" not in mods
 
 
-@pytest.mark.parametrize("module", ["trainmon.sources.agents", "trainmon.sources.host", "trainmon.sources.gpu",
-                                    "trainmon.sources.disk", "trainmon.sources.procs", "trainmon.sources.pyspy",
-                                    "trainmon.doctor", "trainmon.launch", "trainmon.store",
-                                    "trainmon.diagnose", "trainmon.record", "trainmon.report", "trainmon.monitor",
-                                    "trainmon.cli", "trainmon.view", "trainmon.replay"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "trainmon.sources.agents",
+        "trainmon.sources.host",
+        "trainmon.sources.gpu",
+        "trainmon.sources.disk",
+        "trainmon.sources.procs",
+        "trainmon.sources.pyspy",
+        "trainmon.doctor",
+        "trainmon.launch",
+        "trainmon.store",
+        "trainmon.diagnose",
+        "trainmon.record",
+        "trainmon.report",
+        "trainmon.monitor",
+        "trainmon.cli",
+        "trainmon.view",
+        "trainmon.replay",
+    ],
+)
 def test_core_layers_never_import_textual(module):
     mods = _modules_after(f"import {module}")
     assert not {m for m in mods if m.split(".")[0] in ("textual",)}, module
 
 
-TUI_MODULES = sorted(f"trainmon.tui.{p.stem}" for p in (Path(__file__).parent.parent / "trainmon" / "tui").glob("*.py")
-                     if p.stem != "__init__")
+TUI_MODULES = sorted(
+    f"trainmon.tui.{p.stem}"
+    for p in (Path(__file__).parent.parent / "trainmon" / "tui").glob("*.py")
+    if p.stem != "__init__"
+)
 
 
 def test_the_tui_only_renders_what_the_headless_layer_hands_it():
     """Importing every screen module pulls in no NVML, no psutil and no source or Monitor."""
     mods = _modules_after("; ".join(f"import {m}" for m in ["trainmon.tui", *TUI_MODULES]))
     assert {"trainmon.tui.app", "trainmon.view"} <= mods
-    banned = {m for m in mods if m.split(".")[0] in ("psutil", "pynvml", "torch")
-              or m.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))}
+    banned = {
+        m
+        for m in mods
+        if m.split(".")[0] in ("psutil", "pynvml", "torch")
+        or m.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))
+    }
     assert not banned, sorted(banned)
 
 
@@ -69,6 +98,10 @@ def test_no_tui_module_names_nvml_psutil_sockets_or_sources(module):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
-    bad = {n for n in names if n.split(".")[0] in ("socket", "psutil", "pynvml", "torch")
-           or n.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))}
+    bad = {
+        n
+        for n in names
+        if n.split(".")[0] in ("socket", "psutil", "pynvml", "torch")
+        or n.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))
+    }
     assert not bad, f"{module} imports {sorted(bad)}"

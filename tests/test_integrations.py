@@ -67,8 +67,13 @@ def _run(script: str, addr: str, tmp_path) -> tuple[Monitor, int]:
     m = Monitor(addr, interval=0.5)
     m.start()
     try:
-        res = subprocess.run([sys.executable, "-c", script % {"root": str(tmp_path)}],
-                             env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", script % {"root": str(tmp_path)}],
+            env=child_env(TRAINMON_ADDR=addr),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         steps = int(res.stdout.split("global_step")[-1].split()[0])
         assert wait_for(lambda: any(r.ended for r in m.store.runs.values()), 15)

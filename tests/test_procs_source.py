@@ -29,8 +29,9 @@ class Children:
 
     def start(self, code: str, *, cpus: set[int] | None = None, asleep: bool = False) -> subprocess.Popen:
         prelude = f"import os\nos.sched_setaffinity(0, {sorted(cpus)!r})\n" if cpus else ""
-        proc = subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+        )
         self.procs.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()  # blocks until the child is set up
@@ -53,7 +54,7 @@ def wait_asleep(pid: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         data = Path(f"/proc/{pid}/stat").read_bytes()
-        if data[data.rfind(b")") + 2:][:1] == b"S":
+        if data[data.rfind(b")") + 2 :][:1] == b"S":
             return
         time.sleep(0.01)
     raise AssertionError(f"child {pid} never went to sleep")
@@ -218,7 +219,7 @@ def test_direct_reads_reach_the_disk_and_page_cache_reads_do_not(children, sourc
 def test_writes_are_counted(children, source_for, tmp_path: Path) -> None:
     code = f"""
         import os
-        fd = os.open({str(tmp_path / 'out.bin')!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fd = os.open({str(tmp_path / "out.bin")!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         chunk = b'x' * (1 << 20)
         print('ready', flush=True)
         while True:
@@ -289,8 +290,15 @@ def test_permission_denied_for_another_users_process(source_for, caplog) -> None
 def _python_for_nobody() -> str | None:
     for exe in (sys.executable, "/usr/bin/python3"):
         try:
-            probe = subprocess.run([exe, "-c", "import trainmon.sources.procs"], user=65534, group=65534,
-                                   extra_groups=[], cwd="/", env={"PYTHONPATH": str(REPO)}, capture_output=True)
+            probe = subprocess.run(
+                [exe, "-c", "import trainmon.sources.procs"],
+                user=65534,
+                group=65534,
+                extra_groups=[],
+                cwd="/",
+                env={"PYTHONPATH": str(REPO)},
+                capture_output=True,
+            )
         except OSError:  # e.g. the interpreter lives under a 0700 home
             continue
         if probe.returncode == 0:
@@ -314,8 +322,17 @@ def test_permission_denied_as_unprivileged_user_watching_root_process(children) 
         src.close()
         print(json.dumps({{'out': out, 'na': src.na_reasons}}))
     """
-    run = subprocess.run([exe, "-c", textwrap.dedent(code)], user=65534, group=65534, extra_groups=[], cwd="/",
-                         env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30)
+    run = subprocess.run(
+        [exe, "-c", textwrap.dedent(code)],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        env={"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     out, na = result["out"], result["na"]

@@ -32,8 +32,13 @@ def test_scrape_has_host_gpu_disk_run_and_verdict_metrics(addr):
     m.start()
     try:
         host, port = serve(m, "127.0.0.1:0")
-        train = subprocess.Popen([PY, LOOP, "400", "0", "none", "3"], env=child_env(TRAINMON_ADDR=addr),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        train = subprocess.Popen(
+            [PY, LOOP, "400", "0", "none", "3"],
+            env=child_env(TRAINMON_ADDR=addr),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert wait_for(lambda: any(r.steps.total > 30 for r in m.store.runs.values()), 60)
             assert wait_for(lambda: m.last_snapshot and any(r.steps > 30 for r in m.last_snapshot.runs), 10)
@@ -49,8 +54,10 @@ def test_scrape_has_host_gpu_disk_run_and_verdict_metrics(addr):
     gpu_util = fams["trainmon_gpu_utilization_percent"]
     assert sorted(s.labels["gpu"] for s in gpu_util) == ["0", "1"]
     assert fams["trainmon_gpu_memory_total_bytes"][0].value > 1e9
-    assert "trainmon_disk_read_bytes_per_second" in fams and "device" in fams[
-        "trainmon_disk_read_bytes_per_second"][0].labels
+    assert (
+        "trainmon_disk_read_bytes_per_second" in fams
+        and "device" in fams["trainmon_disk_read_bytes_per_second"][0].labels
+    )
     steps = [s for s in fams["trainmon_steps"] if s.name == "trainmon_steps_total"]
     assert steps and steps[0].value > 30 and steps[0].labels["pid"] == str(train.pid)
     assert 0 <= fams["trainmon_data_wait_ratio"][0].value <= 1
@@ -74,8 +81,14 @@ def test_grafana_dashboard_queries_only_exported_metrics():
 
     dash = json.loads((Path(__file__).parent.parent / "contrib" / "grafana" / "trainmon.json").read_text())
     exported = {name for name, _, _ in [*p.GPU_METRICS.values(), *p.DISK_METRICS.values(), *p.HOST_METRICS.values()]}
-    exported |= {"trainmon_step_time_seconds", "trainmon_data_wait_ratio", "trainmon_samples_per_second",
-                 "trainmon_steps_total", "trainmon_agent_dropped_records_total", "trainmon_verdict_info"}
+    exported |= {
+        "trainmon_step_time_seconds",
+        "trainmon_data_wait_ratio",
+        "trainmon_samples_per_second",
+        "trainmon_steps_total",
+        "trainmon_agent_dropped_records_total",
+        "trainmon_verdict_info",
+    }
     used = {m for panel in dash["panels"] for t in panel["targets"] for m in re.findall(r"trainmon_\w+", t["expr"])}
     assert used and used <= exported, used - exported
 
@@ -87,10 +100,15 @@ def test_record_serves_metrics_from_the_cli(addr, tmp_path):
     port = free_port()
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'prometheus = "127.0.0.1:{port}"\n[thresholds]\nwait_warning = 0.07\n')
-    rec = subprocess.Popen(trainmon_cmd("--config", str(cfg), "record", "-o", str(tmp_path / "r.tmrec"), "--listen",
-                                        addr, "-q"), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    rec = subprocess.Popen(
+        trainmon_cmd("--config", str(cfg), "record", "-o", str(tmp_path / "r.tmrec"), "--listen", addr, "-q"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         def scraped() -> dict | None:
             try:
                 return _scrape("127.0.0.1", port)

@@ -28,12 +28,15 @@ def test_roundtrip_in_one_and_in_many_pieces():
     assert reader.buffered == 0
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"GET / HTTP/1.1\r\n", "bad magic"),
-    (P.MAGIC + struct.pack("<H", 99), "unsupported protocol version 99"),
-    (P.PREAMBLE + struct.pack("<BI", 77, 0), "unknown frame type 77"),
-    (P.PREAMBLE + struct.pack("<BI", P.F_EVENTS, P.MAX_FRAME + 1), "exceeds"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"GET / HTTP/1.1\r\n", "bad magic"),
+        (P.MAGIC + struct.pack("<H", 99), "unsupported protocol version 99"),
+        (P.PREAMBLE + struct.pack("<BI", 77, 0), "unknown frame type 77"),
+        (P.PREAMBLE + struct.pack("<BI", P.F_EVENTS, P.MAX_FRAME + 1), "exceeds"),
+    ],
+)
 def test_bad_input_raises_protocol_error(data, message):
     with pytest.raises(P.ProtocolError, match=message):
         P.FrameReader().feed(data)

@@ -49,7 +49,9 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 """
 
-DATA_BOUND = TRAIN_PRELUDE + """
+DATA_BOUND = (
+    TRAIN_PRELUDE
+    + """
 class SlowDataset(Dataset):
     def __len__(self):
         return 10**6
@@ -69,8 +71,11 @@ for step, x in enumerate(loader):
     if step == 2:
         print("ready", flush=True)
 """
+)
 
-COMPUTE_BOUND = TRAIN_PRELUDE + """
+COMPUTE_BOUND = (
+    TRAIN_PRELUDE
+    + """
 class TinyDataset(Dataset):
     def __len__(self):
         return 10**6
@@ -91,6 +96,7 @@ for step, x in enumerate(loader):
     if step == 2:
         print("ready", flush=True)
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +110,7 @@ def pyspy_bin() -> str:
 def _spawn(tmp_path: Path, source: str, name: str = "target.py") -> subprocess.Popen[str]:
     script = tmp_path / name
     script.write_text(textwrap.dedent(source))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
     reader.start()
@@ -266,8 +271,9 @@ def test_timeout_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert result.error == f"py-spy dump of pid {os.getpid()} timed out after 0.5 s"
 
 
-def test_permission_denied_names_the_fix(pyspy_bin: str, spawn, monkeypatch: pytest.MonkeyPatch,
-                                        tmp_path: Path) -> None:
+def test_permission_denied_names_the_fix(
+    pyspy_bin: str, spawn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Run the real py-spy as an unprivileged user against a root-owned process."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
@@ -283,8 +289,12 @@ def test_permission_denied_names_the_fix(pyspy_bin: str, spawn, monkeypatch: pyt
     error = pyspy.dump(proc.pid).error
     assert error is not None and "\n" not in error
     assert "permission denied" in error
-    for fix in ("ptrace_scope", "sudo sysctl kernel.yama.ptrace_scope=0", "--cap-add SYS_PTRACE",
-                "securityContext.capabilities.add: [SYS_PTRACE]"):
+    for fix in (
+        "ptrace_scope",
+        "sudo sysctl kernel.yama.ptrace_scope=0",
+        "--cap-add SYS_PTRACE",
+        "securityContext.capabilities.add: [SYS_PTRACE]",
+    ):
         assert fix in error
 
 
@@ -302,8 +312,15 @@ def test_ptrace_status_reads_the_system() -> None:
 
 
 def _thread(*frames: tuple[str, str]) -> ThreadStack:
-    return ThreadStack(thread_id=1, os_thread_id=1, name="MainThread", is_main=True, active=True, owns_gil=True,
-                       frames=[Frame(name, path, 1, os.path.basename(path)) for name, path in frames])
+    return ThreadStack(
+        thread_id=1,
+        os_thread_id=1,
+        name="MainThread",
+        is_main=True,
+        active=True,
+        owns_gil=True,
+        frames=[Frame(name, path, 1, os.path.basename(path)) for name, path in frames],
+    )
 
 
 SITE = "/venv/lib/python3.11/site-packages/"
@@ -311,19 +328,42 @@ DL = SITE + "torch/utils/data/dataloader.py"
 
 
 def test_classify_main_thread_samples() -> None:
-    assert pyspy.classify(_thread(("Condition.wait", "/usr/lib/python3.11/threading.py"),
-                                  ("Queue.get", "/usr/lib/python3.11/queue.py"),
-                                  ("_MultiProcessingDataLoaderIter._try_get_data", DL),
-                                  ("train", "/home/u/train.py"))) == DATA_WAIT
-    assert pyspy.classify(_thread(("SlowDataset.__getitem__", "/home/u/train.py"),
-                                  ("_SingleProcessDataLoaderIter._next_data", DL),
-                                  ("_BaseDataLoaderIter.__next__", DL),
-                                  ("train", "/home/u/train.py"))) == DATA_WAIT
-    assert pyspy.classify(_thread(("_save", SITE + "torch/serialization.py"),
-                                  ("save", SITE + "torch/serialization.py"),
-                                  ("train", "/home/u/train.py"))) == CHECKPOINT
-    assert pyspy.classify(_thread(("Linear.forward", SITE + "torch/nn/modules/linear.py"),
-                                  ("train", "/home/u/train.py"))) == COMPUTE
+    assert (
+        pyspy.classify(
+            _thread(
+                ("Condition.wait", "/usr/lib/python3.11/threading.py"),
+                ("Queue.get", "/usr/lib/python3.11/queue.py"),
+                ("_MultiProcessingDataLoaderIter._try_get_data", DL),
+                ("train", "/home/u/train.py"),
+            )
+        )
+        == DATA_WAIT
+    )
+    assert (
+        pyspy.classify(
+            _thread(
+                ("SlowDataset.__getitem__", "/home/u/train.py"),
+                ("_SingleProcessDataLoaderIter._next_data", DL),
+                ("_BaseDataLoaderIter.__next__", DL),
+                ("train", "/home/u/train.py"),
+            )
+        )
+        == DATA_WAIT
+    )
+    assert (
+        pyspy.classify(
+            _thread(
+                ("_save", SITE + "torch/serialization.py"),
+                ("save", SITE + "torch/serialization.py"),
+                ("train", "/home/u/train.py"),
+            )
+        )
+        == CHECKPOINT
+    )
+    assert (
+        pyspy.classify(_thread(("Linear.forward", SITE + "torch/nn/modules/linear.py"), ("train", "/home/u/train.py")))
+        == COMPUTE
+    )
     # a DataLoader constructor is not a wait
     assert pyspy.classify(_thread(("DataLoader.__init__", DL))) == COMPUTE
 
@@ -375,16 +415,20 @@ def test_sampler_sees_compute_in_a_compute_bound_training(pyspy_bin: str, spawn)
     assert all(" (" in label and label.endswith(")") for label, _ in hot)
 
 
-@pytest.mark.parametrize(("scope", "cap", "ok", "words"), [
-    (None, False, True, "same user"),
-    (0, False, True, "same user"),
-    (1, False, False, "sudo sysctl kernel.yama.ptrace_scope=0"),
-    (1, True, True, "any process"),
-    (2, False, False, "only CAP_SYS_PTRACE"),
-    (3, True, False, "disabled until reboot"),
-])
-def test_ptrace_status_logic(monkeypatch: pytest.MonkeyPatch, scope: int | None, cap: bool, ok: bool,
-                             words: str) -> None:
+@pytest.mark.parametrize(
+    ("scope", "cap", "ok", "words"),
+    [
+        (None, False, True, "same user"),
+        (0, False, True, "same user"),
+        (1, False, False, "sudo sysctl kernel.yama.ptrace_scope=0"),
+        (1, True, True, "any process"),
+        (2, False, False, "only CAP_SYS_PTRACE"),
+        (3, True, False, "disabled until reboot"),
+    ],
+)
+def test_ptrace_status_logic(
+    monkeypatch: pytest.MonkeyPatch, scope: int | None, cap: bool, ok: bool, words: str
+) -> None:
     monkeypatch.setattr(pyspy, "read_ptrace_scope", lambda: scope)
     monkeypatch.setattr(pyspy, "has_cap_sys_ptrace", lambda: cap)
     got_ok, why = pyspy.ptrace_status()

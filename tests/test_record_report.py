@@ -18,8 +18,9 @@ def test_report_matches_the_training_scripts_own_measurement(addr, tmp_path):
     recorder = start_recorder(addr, rec)
     try:
         # Two workers, 1 ms of CPU per sample, 32 per batch: the loop waits on data for part of each step.
-        res = run_train(addr, "--steps", "300", "--workers", "2", "--cpu-ms", "1", "--batch-size", "32",
-                        "--self-report", own)
+        res = run_train(
+            addr, "--steps", "300", "--workers", "2", "--cpu-ms", "1", "--batch-size", "32", "--self-report", own
+        )
         assert res.returncode == 0, res.stderr
         time.sleep(1.0)
     finally:
@@ -34,8 +35,13 @@ def test_report_matches_the_training_scripts_own_measurement(addr, tmp_path):
     assert run["pid"] == mine["pid"]
     assert run["steps"] == mine["steps"] == 300
     assert abs(run["data_wait_fraction"] - mine["data_wait_fraction"]) <= 0.03, (run, mine)
-    assert run["dataloader"] == {"batch_size": 32, "num_workers": 2, "pin_memory": False, "prefetch_factor": 2,
-                                 "persistent_workers": False}
+    assert run["dataloader"] == {
+        "batch_size": 32,
+        "num_workers": 2,
+        "pin_memory": False,
+        "prefetch_factor": 2,
+        "persistent_workers": False,
+    }
     assert run["step_time_ms"]["p50"] > 0 and run["step_time_ms"]["p95"] >= run["step_time_ms"]["p50"]
     assert run["samples_per_s"] > 0
     assert report["verdict"]["code"] in {"input.too_few_workers", "input.workers_cpu", "ok.compute_bound"}
@@ -67,16 +73,22 @@ def test_kill_9_loses_at_most_the_last_second(addr, tmp_path):
     time.sleep(1.5)  # > one flush interval after the training ended
     recorder.kill()
     recorder.communicate(timeout=20)
-    res = subprocess.run(trainmon_cmd("report", rec, "--format", "json"), env=child_env(), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("report", rec, "--format", "json"), env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["runs"][0]["steps"] == 60
 
 
 def test_duration_stops_the_recorder(addr, tmp_path):
     rec = str(tmp_path / "d.tmrec")
-    proc = subprocess.run(trainmon_cmd("record", "-o", rec, "--listen", addr, "--duration", "1.5", "-q"),
-                          env=child_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        trainmon_cmd("record", "-o", rec, "--listen", addr, "--duration", "1.5", "-q"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     report = report_json(rec)
     assert report["runs"] == [] and report["verdict"]["code"] == "insufficient_data"
@@ -84,8 +96,9 @@ def test_duration_stops_the_recorder(addr, tmp_path):
 
 
 def _report(path: str, fmt: str = "text") -> subprocess.CompletedProcess:
-    return subprocess.run(trainmon_cmd("report", path, "--format", fmt), env=child_env(), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        trainmon_cmd("report", path, "--format", fmt), env=child_env(), capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")
@@ -140,31 +153,54 @@ def test_report_formats(good_recording, fmt, marker):
 
 
 def test_bad_arguments_get_one_line_and_status_2(tmp_path):
-    res = subprocess.run(trainmon_cmd("report", "x", "--format", "pdf"), env=child_env(), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("report", "x", "--format", "pdf"), env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "invalid choice" in res.stderr and "Traceback" not in res.stderr
-    res = subprocess.run(trainmon_cmd("record", "-o", str(tmp_path / "x"), "--duration", "-1"), env=child_env(),
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("record", "-o", str(tmp_path / "x"), "--duration", "-1"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "must be greater than 0" in res.stderr
-    res = subprocess.run(trainmon_cmd("record", "-o", "/nonexistent-dir/x.tmrec", "--duration", "1"),
-                         env=child_env(), capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("record", "-o", "/nonexistent-dir/x.tmrec", "--duration", "1"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "cannot write" in res.stderr
 
 
-@pytest.mark.parametrize("scenario_args", [("--workers", "0", "--cpu-ms", "1.5"),
-                                           ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent")],
-                         ids=["main-process", "healthy"])
+@pytest.mark.parametrize(
+    "scenario_args",
+    [("--workers", "0", "--cpu-ms", "1.5"), ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent")],
+    ids=["main-process", "healthy"],
+)
 def test_agentless_pyspy_estimate_agrees_with_the_agent(addr, tmp_path, scenario_args):
     import subprocess as sp
 
     from tests.conftest import PY, wait_for
 
     rec = str(tmp_path / "p.tmrec")
-    train = sp.Popen([PY, "-m", "trainmon.demo.train", *scenario_args, "--seconds", "14", "--steps", "1000000"],
-                     env=child_env(TRAINMON_ADDR=addr), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    train = sp.Popen(
+        [PY, "-m", "trainmon.demo.train", *scenario_args, "--seconds", "14", "--steps", "1000000"],
+        env=child_env(TRAINMON_ADDR=addr),
+        stdout=sp.PIPE,
+        stderr=sp.PIPE,
+        text=True,
+    )
     time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
-    recorder = sp.Popen(trainmon_cmd("record", "-o", rec, "--listen", addr, "--pid", str(train.pid), "-q"),
-                        env=child_env(), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    recorder = sp.Popen(
+        trainmon_cmd("record", "-o", rec, "--listen", addr, "--pid", str(train.pid), "-q"),
+        env=child_env(),
+        stdout=sp.PIPE,
+        stderr=sp.PIPE,
+        text=True,
+    )
     try:
         assert wait_for(lambda: os.path.exists(addr) or recorder.poll() is not None, 20)
         assert recorder.poll() is None, recorder.communicate()

@@ -2,8 +2,21 @@ from trainmon.agent._redact import MASK, redact_argv
 
 
 def test_secrets_are_masked_and_the_rest_kept():
-    argv = ["train.py", "--password=hunter2", "--token", "abc123", "WANDB_API_KEY=xyz", "AWS_SECRET_ACCESS_KEY=s",
-            "--data", "s3://user:pw@bucket/path", "--lr", "0.1", "--hf-token=t0k", "--apikey", "k"]
+    argv = [
+        "train.py",
+        "--password=hunter2",
+        "--token",
+        "abc123",
+        "WANDB_API_KEY=xyz",
+        "AWS_SECRET_ACCESS_KEY=s",
+        "--data",
+        "s3://user:pw@bucket/path",
+        "--lr",
+        "0.1",
+        "--hf-token=t0k",
+        "--apikey",
+        "k",
+    ]
     out = redact_argv(argv)
     joined = " ".join(out)
     for secret in ("hunter2", "abc123", "xyz", "=s ", "pw@", "t0k", " k"):

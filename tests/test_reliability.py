@@ -93,8 +93,14 @@ def test_monitor_restarted_mid_run_sees_the_same_run_again(addr, tmp_path):
     before, _ = _only_run(first)
     after, _ = _only_run(second)
     reconnect_s = after.first_seen - restarted_at  # monitor timestamps are CLOCK_MONOTONIC too
-    assert_unaffected("restart", b, r, reconnect_s=round(reconnect_s, 2), steps_before=before.steps.total,
-                      steps_after=after.steps.total)
+    assert_unaffected(
+        "restart",
+        b,
+        r,
+        reconnect_s=round(reconnect_s, 2),
+        steps_before=before.steps.total,
+        steps_after=after.steps.total,
+    )
     assert reconnect_s < 6.0  # the agent's backoff tops out at 5 s
     assert after.pid == before.pid == r["pid"]
     assert after.hello["session"] == before.hello["session"] and after.hello["connection"] == 2
@@ -107,8 +113,13 @@ def test_monitor_restarted_mid_run_sees_the_same_run_again(addr, tmp_path):
 
 
 def _flood(addr: str, seconds: float) -> subprocess.Popen:
-    return subprocess.Popen([PY, TINY, "0"], env=child_env(TRAINMON_ADDR=addr, TRAINMON_FLOOD_S=str(seconds)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [PY, TINY, "0"],
+        env=child_env(TRAINMON_ADDR=addr, TRAINMON_FLOOD_S=str(seconds)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _flat_rss(test: str, result: dict) -> None:
@@ -116,8 +127,13 @@ def _flat_rss(test: str, result: dict) -> None:
     rss = result["rss_kb"]
     half = len(rss) // 2
     growth_mb = (max(rss) - rss[0]) / 1024
-    note(test, records=result["agent"], rss_first_mb=rss[0] / 1024, rss_max_first_half_mb=max(rss[:half]) / 1024,
-         rss_max_second_half_mb=max(rss[half:]) / 1024)
+    note(
+        test,
+        records=result["agent"],
+        rss_first_mb=rss[0] / 1024,
+        rss_max_first_half_mb=max(rss[:half]) / 1024,
+        rss_max_second_half_mb=max(rss[half:]) / 1024,
+    )
     assert result["agent"]["dropped_records"] > 1_000_000
     assert growth_mb < 128  # unbounded would be ~80 MB per second of flood
     assert max(rss[half:]) <= max(rss[:half]) + 16 * 1024  # a plateau, not a slope

@@ -23,17 +23,29 @@ HELLO_TIMEOUT_S = 2.0
 
 
 def _recorder(addr: str, output: str) -> subprocess.Popen:
-    proc = subprocess.Popen(trainmon_cmd("record", "--output", output, "--listen", addr, "-q"),
-                            env=child_env(TRAINMON_HELLO_TIMEOUT=str(HELLO_TIMEOUT_S)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        trainmon_cmd("record", "--output", output, "--listen", addr, "-q"),
+        env=child_env(TRAINMON_HELLO_TIMEOUT=str(HELLO_TIMEOUT_S)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert wait_for(lambda: os.path.exists(addr) or proc.poll() is not None, 20), "recorder did not start"
     assert proc.poll() is None, proc.communicate()
     return proc
 
 
 def _agents(addr: str, n: int, steps: int, step_ms: float, start_at: float = 0.0) -> list[subprocess.Popen]:
-    return [subprocess.Popen([PY, TINY, str(steps), str(step_ms), str(start_at)], env=child_env(TRAINMON_ADDR=addr),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    return [
+        subprocess.Popen(
+            [PY, TINY, str(steps), str(step_ms), str(start_at)],
+            env=child_env(TRAINMON_ADDR=addr),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
 
 
 def _results(procs: list[subprocess.Popen]) -> dict[int, dict]:
@@ -130,34 +142,68 @@ def _hello(pid: int, **extra) -> bytes:
 def _garbage_catalogue(rng: random.Random) -> list[tuple[str, Callable[[socket.socket], bool]]]:
     """300 hostile clients; every one must end with the monitor closing its connection."""
     pre = P.PREAMBLE
-    wrong_hellos = [b"[1, 2]", b'"hello"', b'{"pid": "12"}', b'{"pid": -1}', b'{"pid": 1.5}', b'{"pid": true}',
-                    b'{"pid": 99999999999999999999999}', b"{}", b"null", b'{"pid": NaN}']
-    wrong_infos = [{"loader": "x"}, {"loader": {"id": "1", "batch_size": "big"}},
-                   {"loader": {"id": 1, "batch_size": -4, "num_workers": [1], "pin_memory": "yes"}},
-                   {"workers": {"loader": 1, "pids": "many"}}, {"workers": {"loader": 10**30, "pids": [1]}},
-                   {"name": {"id": 10**30, "name": {"a": 1}}}, {"drops": "lots"}, {"bye": 7}, {"device": [1]},
-                   {"loader": {"id": 2**62}}, {"unknown": 1}]
+    wrong_hellos = [
+        b"[1, 2]",
+        b'"hello"',
+        b'{"pid": "12"}',
+        b'{"pid": -1}',
+        b'{"pid": 1.5}',
+        b'{"pid": true}',
+        b'{"pid": 99999999999999999999999}',
+        b"{}",
+        b"null",
+        b'{"pid": NaN}',
+    ]
+    wrong_infos = [
+        {"loader": "x"},
+        {"loader": {"id": "1", "batch_size": "big"}},
+        {"loader": {"id": 1, "batch_size": -4, "num_workers": [1], "pin_memory": "yes"}},
+        {"workers": {"loader": 1, "pids": "many"}},
+        {"workers": {"loader": 10**30, "pids": [1]}},
+        {"name": {"id": 10**30, "name": {"a": 1}}},
+        {"drops": "lots"},
+        {"bye": 7},
+        {"device": [1]},
+        {"loader": {"id": 2**62}},
+        {"unknown": 1},
+    ]
     out: list[tuple[str, Callable[[socket.socket], bool]]] = []
     for _ in range(50):
         out.append(("random bytes", _send_then_wait(b"X" + rng.randbytes(rng.randint(1, 8192)))))
     for _ in range(30):
         out.append(("endless lines", _endless_lines))
     for i in range(30):
-        data = [pre + struct.pack("<BI", P.F_EVENTS, 0xFFFFFFFF),
-                pre + struct.pack("<BI", P.F_HELLO, P.MAX_HELLO_FRAME + 1) + b"{" * 1000,
-                pre + _hello(50000 + i) + struct.pack("<BI", P.F_EVENTS, P.MAX_FRAME + 1) + b"\0" * 4096,
-                pre + _hello(50000 + i) + struct.pack("<BI", P.F_INFO, P.MAX_JSON_FRAME + 1)][i % 4]
+        data = [
+            pre + struct.pack("<BI", P.F_EVENTS, 0xFFFFFFFF),
+            pre + struct.pack("<BI", P.F_HELLO, P.MAX_HELLO_FRAME + 1) + b"{" * 1000,
+            pre + _hello(50000 + i) + struct.pack("<BI", P.F_EVENTS, P.MAX_FRAME + 1) + b"\0" * 4096,
+            pre + _hello(50000 + i) + struct.pack("<BI", P.F_INFO, P.MAX_JSON_FRAME + 1),
+        ][i % 4]
         out.append(("oversize frame", _send_then_wait(data)))
     for i in range(30):
-        out.append(("invalid UTF-8", _send_then_wait(pre + _json(P.F_HELLO, b'{"pid": 7, "name": "\xff\xfe\xc3"}')
-                                                     if i % 2 else pre + _hello(60000 + i) +
-                                                     _json(P.F_INFO, b'{"bye": "\xed\xa0\x80"}'))))
+        out.append(
+            (
+                "invalid UTF-8",
+                _send_then_wait(
+                    pre + _json(P.F_HELLO, b'{"pid": 7, "name": "\xff\xfe\xc3"}')
+                    if i % 2
+                    else pre + _hello(60000 + i) + _json(P.F_INFO, b'{"bye": "\xed\xa0\x80"}')
+                ),
+            )
+        )
     for i in range(60):
         if i % 2:
             data = pre + _json(P.F_HELLO, wrong_hellos[i % len(wrong_hellos)])
         else:  # a hello with every field of the wrong type, then wrong INFOs, random events, a torn events frame
-            hello = _hello(70000 + i, argv={"x": 1}, rank="0", job=[1, 2], counts={"wait": {"1": "x"}, "opt": -5},
-                           wall="now", name=["n"] * 50)
+            hello = _hello(
+                70000 + i,
+                argv={"x": 1},
+                rank="0",
+                job=[1, 2],
+                counts={"wait": {"1": "x"}, "opt": -5},
+                wall="now",
+                name=["n"] * 50,
+            )
             infos = b"".join(P.json_frame(P.F_INFO, info) for info in wrong_infos)
             events = P.frame(P.F_EVENTS, rng.randbytes(P.RECORD_BYTES * 64))
             data = pre + hello + infos + events + P.frame(P.F_EVENTS, b"\0" * 33)
@@ -213,8 +259,13 @@ def test_300_hostile_clients_cannot_hurt_the_monitor_or_the_real_agents(addr, tm
     assert recorder.poll() is None, "the monitor died"
     stop(recorder)
     assert recorder.returncode == 0
-    note("hostile300", before=before, after=after, attack_s=round(attack_s, 1),
-         outcome={f"{name}: {'closed' if ok else 'OPEN'}": n for (name, ok), n in sorted(outcome.items())})
+    note(
+        "hostile300",
+        before=before,
+        after=after,
+        attack_s=round(attack_s, 1),
+        outcome={f"{name}: {'closed' if ok else 'OPEN'}": n for (name, ok), n in sorted(outcome.items())},
+    )
     assert all(ok for (_name, ok) in outcome), outcome  # the monitor closed every hostile connection
     assert sum(outcome.values()) == 300
     assert (after["rss_kb"] - before["rss_kb"]) / 1024 < 32

@@ -30,15 +30,26 @@ def test_full_disk_gives_a_clear_message_a_clean_stop_and_a_readable_file(small_
     rec = str(small_disk / "full.tmrec")
     recorder = start_recorder(addr, rec)
     # ~8000 steps/s for ~5 s: a few hundred KiB of compressed recording, more than the disk holds
-    agent = subprocess.Popen([PY, TINY, "40000", "0.02"], env=child_env(TRAINMON_ADDR=addr),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [PY, TINY, "40000", "0.02"],
+        env=child_env(TRAINMON_ADDR=addr),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     recorder.wait(timeout=60)  # stops by itself once the disk is full
     err = recorder.stderr.read()
     out, agent_err = agent.communicate(timeout=60)
     size = os.path.getsize(rec)
     store, warnings = load_recording(rec)
-    note("full_disk", recorder_exit=recorder.returncode, file_bytes=size, runs=len(store.runs),
-         records_seen=sum(r.records for r in store.runs.values()), message=err.strip().splitlines()[-1])
+    note(
+        "full_disk",
+        recorder_exit=recorder.returncode,
+        file_bytes=size,
+        runs=len(store.runs),
+        records_seen=sum(r.records for r in store.runs.values()),
+        message=err.strip().splitlines()[-1],
+    )
     assert recorder.returncode == 1
     assert err.strip().splitlines()[-1] == f"trainmon: error: the disk holding {rec} is full; recording stopped"
     assert "Traceback" not in err

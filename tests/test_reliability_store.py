@@ -67,8 +67,14 @@ def _loops() -> dict[str, list[tuple[int, ...]]]:
             for loop in (optimizer, two_optimizers, accumulate, both, explicit, loader_only):
                 loop += [iter_start(2, t + 9), wait(2, t + 9.2), wait(2, t + 9.5), iter_end(2, t + 9.8)]
     loader_only = [iter_start(1, -1), *loader_only, iter_end(1, 400)]
-    return {"optimizer": optimizer, "two optimizers": two_optimizers, "accumulation": accumulate,
-            "accumulation, two optimizers": both, "explicit step()": explicit, "loader only": loader_only}
+    return {
+        "optimizer": optimizer,
+        "two optimizers": two_optimizers,
+        "accumulation": accumulate,
+        "accumulation, two optimizers": both,
+        "explicit step()": explicit,
+        "loader only": loader_only,
+    }
 
 
 @pytest.mark.parametrize("loop", list(_loops()))

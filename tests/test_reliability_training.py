@@ -29,8 +29,14 @@ def monitor(addr):
 
 
 def _python(code: str, addr: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], env=child_env(TRAINMON_ADDR=addr), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=child_env(TRAINMON_ADDR=addr),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def _only_run(monitor: Monitor):
@@ -85,8 +91,13 @@ def test_persistent_workers_several_loaders_made_before_and_after_attach(monitor
 
 
 def test_training_killed_with_sigkill_leaves_its_last_state_marked_lost(monitor, addr):
-    proc = subprocess.Popen([PY, STEADY, "100000", "5"], env=child_env(TRAINMON_ADDR=addr), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PY, STEADY, "100000", "5"],
+        env=child_env(TRAINMON_ADDR=addr),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     Lines(proc).wait_for("READY")
     assert wait_for(lambda: any(r.steps.total > 50 for r in monitor.store.runs.values()), 20)
     proc.kill()
@@ -131,9 +142,15 @@ def test_ctrl_c_in_training_exits_promptly_and_quietly(monitor, addr, workers, t
     # Ctrl-C in a terminal signals the whole foreground process group: the main process and its workers.
     # SIGINT back to its default first: a shell runs background jobs with SIGINT ignored, and Python
     # then never turns it into KeyboardInterrupt.
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(workers), then], env=child_env(TRAINMON_ADDR=addr),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED, str(workers), then],
+        env=child_env(TRAINMON_ADDR=addr),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         lines = Lines(proc)
         lines.wait_for("READY")

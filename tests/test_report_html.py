@@ -19,13 +19,26 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def recording(tmp_path_factory):
     d = tmp_path_factory.mktemp("html")
     addr = f"/tmp/tm-html-{os.getpid()}.sock"
-    return record_training(addr, str(d / "r.tmrec"), "--steps", "150", "--workers", "0", "--cpu-ms", "1",
-                           "--checkpoint-every", "50", "--checkpoint-mb", "4")
+    return record_training(
+        addr,
+        str(d / "r.tmrec"),
+        "--steps",
+        "150",
+        "--workers",
+        "0",
+        "--cpu-ms",
+        "1",
+        "--checkpoint-every",
+        "50",
+        "--checkpoint-mb",
+        "4",
+    )
 
 
 def _report(path: str, fmt: str) -> str:
-    res = subprocess.run(trainmon_cmd("report", path, "--format", fmt), env=child_env(), capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        trainmon_cmd("report", path, "--format", fmt), env=child_env(), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -46,16 +59,29 @@ def test_html_renders_in_headless_chromium(recording, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(_report(recording, "html"))
     profile = tempfile.mkdtemp(prefix="tm-chromium-")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+    ]
     try:
-        dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                             timeout=120)
+        dom = subprocess.run(
+            [CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+        )
         assert dom.returncode == 0, dom.stderr[-2000:]
         assert "input.main_process" in dom.stdout and "<svg" in dom.stdout and "<rect" in dom.stdout
         png = tmp_path / "shot.png"
-        shot = subprocess.run([CHROMIUM, *flags, "--window-size=1000,1400", f"--screenshot={png}", page.as_uri()],
-                              capture_output=True, text=True, timeout=120)
+        shot = subprocess.run(
+            [CHROMIUM, *flags, "--window-size=1000,1400", f"--screenshot={png}", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert shot.returncode == 0 and png.stat().st_size > 20_000  # a real picture, not a blank page
     finally:
         shutil.rmtree(profile, ignore_errors=True)

@@ -15,15 +15,25 @@ MS = 1_000_000
 WORKERS = (101, 102)
 
 
-def make_store(wait_ms: float = 5.0, step_ms: float = 50.0, steps: int = 200, workers: int = 2,
-               host: dict | None = None, procs: dict | None = None, pid: int = 10, run_id: int = 1,
-               hello: dict | None = None, store: Store | None = None, t_start_ms: float = 0.0,
-               checkpoints: list[tuple[float, float]] | None = None, long_every: int = 0,
-               long_ms: float = 0.0) -> Store:
+def make_store(
+    wait_ms: float = 5.0,
+    step_ms: float = 50.0,
+    steps: int = 200,
+    workers: int = 2,
+    host: dict | None = None,
+    procs: dict | None = None,
+    pid: int = 10,
+    run_id: int = 1,
+    hello: dict | None = None,
+    store: Store | None = None,
+    t_start_ms: float = 0.0,
+    checkpoints: list[tuple[float, float]] | None = None,
+    long_every: int = 0,
+    long_ms: float = 0.0,
+) -> Store:
     store = store or Store()
     store.hello(run_id, t_start_ms / 1e3, {"pid": pid, **(hello or {})})
-    store.info(run_id, 0, {"loader": {"id": 1, "batch_size": 32, "num_workers": workers,
-                                      "persistent_workers": True}})
+    store.info(run_id, 0, {"loader": {"id": 1, "batch_size": 32, "num_workers": workers, "persistent_workers": True}})
     if workers:
         store.info(run_id, 0, {"workers": {"loader": 1, "pids": list(WORKERS[:workers])}})
     recs: list[int] = []
@@ -37,8 +47,14 @@ def make_store(wait_ms: float = 5.0, step_ms: float = 50.0, steps: int = 200, wo
         recs += [P.K_CKPT, int(c0 * MS), int(c1 * MS), 0]
     store.events(run_id, t / 1e3, array("q", recs))
     end = t / 1e3
-    host = {"cpu.busy": 40.0, "cpu.iowait": 0.0, "cpu.cores": 8.0, "mem.used_pct": 30.0, "swap.used_mb": 0.0,
-            **(host or {})}
+    host = {
+        "cpu.busy": 40.0,
+        "cpu.iowait": 0.0,
+        "cpu.cores": 8.0,
+        "mem.used_pct": 30.0,
+        "swap.used_mb": 0.0,
+        **(host or {}),
+    }
     for k in range(int(end) + 1):
         values = dict(host)
         for proc, figures in (procs or {}).items():
@@ -53,8 +69,17 @@ def codes(store: Store, t: float | None = None, th: Thresholds | None = None) ->
 
 
 def worker_figs(cpu: float, d: float = 0.0, runq: float = 0.0, read: float = 0.0, rchar: float = 0.0) -> dict:
-    return {pid: {"cpu_pct": cpu, "state_D": d, "state_R": cpu / 100, "runq_wait_ms_s": runq, "read_mb_s": read,
-                  "rchar_mb_s": rchar} for pid in WORKERS}
+    return {
+        pid: {
+            "cpu_pct": cpu,
+            "state_D": d,
+            "state_R": cpu / 100,
+            "runq_wait_ms_s": runq,
+            "read_mb_s": read,
+            "rchar_mb_s": rchar,
+        }
+        for pid in WORKERS
+    }
 
 
 def test_healthy_is_compute_bound_and_nothing_else():
@@ -91,8 +116,9 @@ def test_cpu_saturated_host_alone_without_busy_workers_is_not_workers_cpu():
 
 
 def test_disk_io_from_d_state_and_disk_busy():
-    store = make_store(wait_ms=25, procs=worker_figs(15, d=0.6, read=40), host={"disk.vda.util_pct": 96,
-                                                                               "disk.vda.r_await_ms": 4.0})
+    store = make_store(
+        wait_ms=25, procs=worker_figs(15, d=0.6, read=40), host={"disk.vda.util_pct": 96, "disk.vda.r_await_ms": 4.0}
+    )
     f = evaluate(store, 10.0)[0]
     assert f.code == "input.io" and f.evidence["sub_cause"] == "disk" and "vda" in f.summary
 
@@ -140,14 +166,17 @@ def test_host_overhead_needs_an_idle_gpu_and_a_busy_main_thread():
     gpu = {"gpu.0.util": 35.0, "gpu.0.util_min": 0.0, "gpu.0.mem_used_mb": 1000.0, "gpu.0.mem_total_mb": 80000.0}
     busy_main = {10: {"cpu_pct": 99.0}}
     assert codes(make_store(wait_ms=1, host=gpu, procs=busy_main), 10.0)[0] == "host.overhead"
-    assert codes(make_store(wait_ms=1, host=gpu | {"gpu.0.util": 95.0}, procs=busy_main), 10.0)[0] == \
-        "ok.compute_bound"
+    assert codes(make_store(wait_ms=1, host=gpu | {"gpu.0.util": 95.0}, procs=busy_main), 10.0)[0] == "ok.compute_bound"
     assert codes(make_store(wait_ms=1, host=gpu, procs={10: {"cpu_pct": 30.0}}), 10.0)[0] == "ok.compute_bound"
 
 
 def test_gpu_memory_pressure_and_throttling():
-    gpu = {"gpu.0.util": 97.0, "gpu.0.mem_used_mb": 79000.0, "gpu.0.mem_total_mb": 80000.0,
-           "gpu.0.throttle": float(0x4)}
+    gpu = {
+        "gpu.0.util": 97.0,
+        "gpu.0.mem_used_mb": 79000.0,
+        "gpu.0.mem_total_mb": 80000.0,
+        "gpu.0.throttle": float(0x4),
+    }
     c = codes(make_store(wait_ms=1, host=gpu), 10.0)
     assert c[:2] == ["memory.gpu_pressure", "gpu.throttled"] and "ok.compute_bound" in c
     idle_only = gpu | {"gpu.0.throttle": 1.0, "gpu.0.mem_used_mb": 1000.0}
@@ -195,8 +224,11 @@ def test_verdict_hysteresis_holds_before_switching():
 
 
 def test_severity_outranks_priority():
-    fs = [Finding("ok.compute_bound", "ok", ""), Finding("stall.periodic", "critical", ""),
-          Finding("input.io", "warning", "")]
+    fs = [
+        Finding("ok.compute_bound", "ok", ""),
+        Finding("stall.periodic", "critical", ""),
+        Finding("input.io", "warning", ""),
+    ]
     assert headline(fs).code == "stall.periodic"
 
 
@@ -207,8 +239,7 @@ def test_thresholds_are_configurable():
 
 
 def test_host_to_device_copies_from_pageable_memory():
-    gpu = {"gpu.0.util": 45.0, "gpu.0.pcie_rx_mb_s": 9000.0, "gpu.0.mem_used_mb": 1000.0,
-           "gpu.0.mem_total_mb": 80000.0}
+    gpu = {"gpu.0.util": 45.0, "gpu.0.pcie_rx_mb_s": 9000.0, "gpu.0.mem_used_mb": 1000.0, "gpu.0.mem_total_mb": 80000.0}
     store = make_store(wait_ms=1, host=gpu, procs={10: {"cpu_pct": 95.0}})
     f = evaluate(store, 10.0)[0]
     assert f.code == "input.host_to_device" and "pin_memory=True" in f.advice[0]

@@ -16,8 +16,9 @@ def run_scenario(name: str, addr: str, tmp_path) -> dict:
     rec = str(tmp_path / f"{name}.tmrec")
     recorder = start_recorder(addr, rec)
     try:
-        res = subprocess.run(command(scenario), env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True,
-                             timeout=240)
+        res = subprocess.run(
+            command(scenario), env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=240
+        )
         assert res.returncode == 0, res.stderr[-3000:]
     finally:
         stop(recorder)

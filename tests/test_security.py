@@ -180,16 +180,19 @@ def _fake_monitor_of_another_user(path: str, seconds: float) -> Callable[[], dic
 def test_the_agent_never_reports_to_another_users_monitor(sock_dir):
     os.chmod(sock_dir, 0o777)
     path = os.path.join(sock_dir, "theirs.sock")
-    code = (f"import json, time, trainmon.agent as a\na.attach({path!r})\n"
-            "for _ in range(40):\n    a.step(); time.sleep(0.05)\n"
-            "print(json.dumps({**a.stats(), 'refused': a._agent.sender.refused}))")
+    code = (
+        f"import json, time, trainmon.agent as a\na.attach({path!r})\n"
+        "for _ in range(40):\n    a.step(); time.sleep(0.05)\n"
+        "print(json.dumps({**a.stats(), 'refused': a._agent.sender.refused}))"
+    )
     proc = None
 
     def start_agent() -> None:
         nonlocal proc
         wait_for(lambda: os.path.exists(path), 10)
-        proc = subprocess.Popen([PY, "-c", code], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [PY, "-c", code], env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     starter = threading.Thread(target=start_agent)
     starter.start()
@@ -238,8 +241,9 @@ def test_loopback_tcp_without_a_token_refuses_other_users(monkeypatch, server_fa
     host, port = P.parse_tcp(server.address)
     assert as_other_user(_tcp_connect_and_hello(host, port)) == {"closed_by_monitor": True}
     assert store.runs == {} and server.rejected == 1
-    res = subprocess.run([PY, TINY, "10", "1"], env=child_env(TRAINMON_ADDR=server.address), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [PY, TINY, "10", "1"], env=child_env(TRAINMON_ADDR=server.address), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert wait_for(lambda: len(store.runs) == 1 and next(iter(store.runs.values())).steps.total == 10, 10)
 
@@ -261,8 +265,9 @@ def _non_loopback_ipv4() -> str | None:
 
 def _tiny(addr: str, steps: int, token: str | None) -> subprocess.Popen:
     env = {"TRAINMON_ADDR": addr, **({"TRAINMON_TOKEN": token} if token is not None else {})}
-    return subprocess.Popen([PY, TINY, str(steps), "5"], env=child_env(**env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [PY, TINY, str(steps), "5"], env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_token_on_a_real_non_loopback_address(monkeypatch, server_factory):
@@ -281,8 +286,11 @@ def test_token_on_a_real_non_loopback_address(monkeypatch, server_factory):
     server, store = server_factory("0.0.0.0:0")
     port = P.parse_tcp(server.address)[1]
     addr = f"{ip}:{port}"
-    procs = {"right": _tiny(addr, 30, "right-token-5e1f"), "wrong": _tiny(addr, 30, "wrong-token-0000"),
-             "missing": _tiny(addr, 30, None)}
+    procs = {
+        "right": _tiny(addr, 30, "right-token-5e1f"),
+        "wrong": _tiny(addr, 30, "wrong-token-0000"),
+        "missing": _tiny(addr, 30, None),
+    }
     results = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=60)
@@ -318,15 +326,18 @@ def test_no_pickle_no_eval_anywhere_in_trainmon():
     assert not offences
 
 
-@pytest.mark.parametrize("argv, secret", [
-    (["--db=host=h user=u password=pw-conninfo port=5"], "pw-conninfo"),
-    (["https://host/data?token=tok-query&x=1"], "tok-query"),
-    (['--config={"api_key": "k-json", "lr": 1}'], "k-json"),
-    (["-H", "Authorization: Bearer eyJ-bearer.x"], "eyJ-bearer"),
-    (["--hf-token", "hf-next-arg"], "hf-next-arg"),
-    (["HF_TOKEN=hf-assign"], "hf-assign"),
-    (["--data", "postgresql://u:pg-pass@h/db"], "pg-pass"),
-])
+@pytest.mark.parametrize(
+    "argv, secret",
+    [
+        (["--db=host=h user=u password=pw-conninfo port=5"], "pw-conninfo"),
+        (["https://host/data?token=tok-query&x=1"], "tok-query"),
+        (['--config={"api_key": "k-json", "lr": 1}'], "k-json"),
+        (["-H", "Authorization: Bearer eyJ-bearer.x"], "eyJ-bearer"),
+        (["--hf-token", "hf-next-arg"], "hf-next-arg"),
+        (["HF_TOKEN=hf-assign"], "hf-assign"),
+        (["--data", "postgresql://u:pg-pass@h/db"], "pg-pass"),
+    ],
+)
 def test_secrets_inside_arguments_are_redacted(argv, secret):
     out = redact_argv(argv)
     assert secret not in " ".join(out) and MASK in " ".join(out)
@@ -344,14 +355,29 @@ def _recording_text(path: str) -> bytes:
 
 def test_environment_and_argv_secrets_never_reach_a_recording(addr, tmp_path):
     rec = str(tmp_path / "secrets.tmrec")
-    env_secrets = {"MY_SECRET": "env-secret-4242", "AWS_SECRET_ACCESS_KEY": "aws-env-secret-99",
-                   "HF_TOKEN": "hf-env-token-77", "DATABASE_URL": "postgres://u:db-env-pw@h/db"}
-    argv_secrets = ["--password=argv-pw-1", "--token", "argv-token-2", "WANDB_API_KEY=argv-wandb-3",
-                    "--data", "s3://user:argv-s3-4@bucket/x"]
+    env_secrets = {
+        "MY_SECRET": "env-secret-4242",
+        "AWS_SECRET_ACCESS_KEY": "aws-env-secret-99",
+        "HF_TOKEN": "hf-env-token-77",
+        "DATABASE_URL": "postgres://u:db-env-pw@h/db",
+    }
+    argv_secrets = [
+        "--password=argv-pw-1",
+        "--token",
+        "argv-token-2",
+        "WANDB_API_KEY=argv-wandb-3",
+        "--data",
+        "s3://user:argv-s3-4@bucket/x",
+    ]
     recorder = start_recorder(addr, rec)
     try:
-        res = subprocess.run([PY, TINY, "20", "2", "0", "1", *argv_secrets], capture_output=True, text=True,
-                             timeout=60, env=child_env(TRAINMON_ADDR=addr, **env_secrets))
+        res = subprocess.run(
+            [PY, TINY, "20", "2", "0", "1", *argv_secrets],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=child_env(TRAINMON_ADDR=addr, **env_secrets),
+        )
         assert res.returncode == 0, res.stderr
         time.sleep(1.0)
     finally:

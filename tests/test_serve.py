@@ -22,15 +22,19 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RECORDING = Path(__file__).parent.parent / "screenshots" / "recordings"
 
 
-
 @pytest.fixture
 def served():
     recording = next(iter(sorted(RECORDING.glob("*.tmrec"))), None)
     if recording is None:
         pytest.skip("no recording under screenshots/recordings")
     port = free_port()
-    server = subprocess.Popen(trainmon_cmd("serve", "--port", str(port), "--replay", str(recording)),
-                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        trainmon_cmd("serve", "--port", str(port), "--replay", str(recording)),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def up() -> bool:
         try:
@@ -73,20 +77,36 @@ def test_headless_chromium_loads_the_page_and_starts_a_screen(served):
     server, port = served
     profile = tempfile.mkdtemp(prefix="tm-chromium-")
     try:
-        res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                              "--disable-background-networking",
-                              "--disable-component-update", "--disable-sync", "--no-first-run",
-                              f"--user-data-dir={profile}", "--virtual-time-budget=8000", "--dump-dom",
-                              f"http://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=8000",
+                "--dump-dom",
+                f"http://127.0.0.1:{port}/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     assert res.returncode == 0 and "textual" in res.stdout.lower()
     # The page's websocket made the server start a trainmon screen for this browser.
-    assert wait_for(lambda: any("replay" in " ".join(c.cmdline()) for c in
-                                psutil.Process(server.pid).children(recursive=True)), 20)
+    assert wait_for(
+        lambda: any("replay" in " ".join(c.cmdline()) for c in psutil.Process(server.pid).children(recursive=True)), 20
+    )
 
 
 def test_non_loopback_needs_allow_remote():
-    res = subprocess.run(trainmon_cmd("serve", "--host", "0.0.0.0"), env=child_env(), capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("serve", "--host", "0.0.0.0"), env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "not a loopback address" in res.stderr and "Traceback" not in res.stderr

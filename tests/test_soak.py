@@ -15,8 +15,13 @@ from tests.reliability_helpers import note
 
 @pytest.mark.slow
 def test_soak_60_s_with_8_agents():
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--seconds", "60", "--agents", "8",
-                          "--json"], env=child_env(), capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--seconds", "60", "--agents", "8", "--json"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     result = json.loads(res.stdout)
     note("soak60", **{k: v for k, v in result.items() if k != "samples"})
     assert res.returncode == 0 and result["flat"], result["problems"]

@@ -78,8 +78,9 @@ def _ingest(monkeypatch, recs, cuts, fold: bool) -> Run:
 
 
 def _same(a: array, b: array) -> bool:
-    return len(a) == len(b) and all(x == y or (x != x and y != y) or math.isclose(x, y, rel_tol=1e-12)
-                                    for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x == y or (x != x and y != y) or math.isclose(x, y, rel_tol=1e-12) for x, y in zip(a, b, strict=True)
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

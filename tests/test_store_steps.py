@@ -55,8 +55,14 @@ def test_second_optimizer_in_the_same_iteration_is_not_a_new_step():
 
 def test_gradient_accumulation_counts_samples_of_every_batch():
     run = _run()
-    _feed(run, *[r for i in range(10) for r in (wait(1, i * 10, i * 10 + 1), wait(1, i * 10 + 4, i * 10 + 5),
-                                                opt(i * 10 + 9))])
+    _feed(
+        run,
+        *[
+            r
+            for i in range(10)
+            for r in (wait(1, i * 10, i * 10 + 1), wait(1, i * 10 + 4, i * 10 + 5), opt(i * 10 + 9))
+        ],
+    )
     assert run.steps.total >= 9
     assert run.steps.samples[-1] == 16 and run.steps.wait[-1] == pytest.approx(0.002)
 
@@ -72,8 +78,14 @@ def test_without_optimizer_consecutive_next_calls_are_steps():
 
 def test_explicit_steps_win_over_optimizer_hooks():
     run = _run()
-    _feed(run, *[r for i in range(12) for r in (wait(1, i * 10, i * 10 + 2), opt(i * 10 + 5),
-                                                (P.K_STEP, (i * 10 + 8) * MS, (i * 10 + 8) * MS, 0))])
+    _feed(
+        run,
+        *[
+            r
+            for i in range(12)
+            for r in (wait(1, i * 10, i * 10 + 2), opt(i * 10 + 5), (P.K_STEP, (i * 10 + 8) * MS, (i * 10 + 8) * MS, 0))
+        ],
+    )
     assert run.mode == "explicit"
     assert run.steps.end[-1] == pytest.approx(0.118)
 
@@ -94,8 +106,15 @@ def test_epoch_restart_of_non_persistent_workers_is_warm_up():
     run = _run({1: {"batch_size": 8, "num_workers": 2, "persistent_workers": False}})
     recs = [(P.K_ITER_START | 1 << 8, 0, 0, 2)]
     recs += [r for i in range(20) for r in (wait(1, i * 10, i * 10 + 2), opt(i * 10 + 9))]
-    recs += [(P.K_ITER_START | 1 << 8, 200 * MS, 200 * MS, 2), wait(1, 200, 260), opt(270), wait(1, 270, 272),
-             opt(280), wait(1, 280, 282), opt(290)]
+    recs += [
+        (P.K_ITER_START | 1 << 8, 200 * MS, 200 * MS, 2),
+        wait(1, 200, 260),
+        opt(270),
+        wait(1, 270, 272),
+        opt(280),
+        wait(1, 280, 282),
+        opt(290),
+    ]
     _feed(run, *recs)
     warm = list(run.steps.warm)
     assert warm[:WARMUP_STEPS] == [1] * WARMUP_STEPS
@@ -105,16 +124,26 @@ def test_epoch_restart_of_non_persistent_workers_is_warm_up():
 def test_checkpoints_marks_and_phases_are_kept():
     run = _run()
     run.apply_info({"name": {"id": 1, "name": "eval"}})
-    _feed(run, (P.K_CKPT, 5 * MS, 9 * MS, 0), (P.K_MARK | 1 << 8, 10 * MS, 10 * MS, 0),
-          (P.K_PHASE | 1 << 8, 11 * MS, 20 * MS, 0))
+    _feed(
+        run,
+        (P.K_CKPT, 5 * MS, 9 * MS, 0),
+        (P.K_MARK | 1 << 8, 10 * MS, 10 * MS, 0),
+        (P.K_PHASE | 1 << 8, 11 * MS, 20 * MS, 0),
+    )
     assert run.checkpoints == [(pytest.approx(0.005), pytest.approx(0.009))]
     assert run.marks[0][1] == "eval" and run.phases[0][2] == "eval"
 
 
 def test_bad_info_is_ignored():
     run = _run()
-    for info in ({"loader": "x"}, {"loader": {"id": "1"}}, {"workers": {"loader": 1, "pids": "x"}},
-                 {"name": {"id": None}}, {"drops": "many"}, {"bye": 3}):
+    for info in (
+        {"loader": "x"},
+        {"loader": {"id": "1"}},
+        {"workers": {"loader": 1, "pids": "x"}},
+        {"name": {"id": None}},
+        {"drops": "many"},
+        {"bye": 3},
+    ):
         run.apply_info(info)
     assert run.dropped_records == 0 and run.ended is None
 
@@ -134,6 +163,12 @@ def test_a_new_train_loader_takes_over_at_once():
 def test_saves_inside_one_checkpoint_are_merged():
     run = _run()
     # a framework's span (emitted last) around three torch.save calls, then a separate save later
-    _feed(run, (P.K_CKPT, 10 * MS, 12 * MS, 0), (P.K_CKPT, 13 * MS, 15 * MS, 0), (P.K_CKPT, 16 * MS, 30 * MS, 0),
-          (P.K_CKPT, 9 * MS, 31 * MS, 0), (P.K_CKPT, 500 * MS, 510 * MS, 0))
+    _feed(
+        run,
+        (P.K_CKPT, 10 * MS, 12 * MS, 0),
+        (P.K_CKPT, 13 * MS, 15 * MS, 0),
+        (P.K_CKPT, 16 * MS, 30 * MS, 0),
+        (P.K_CKPT, 9 * MS, 31 * MS, 0),
+        (P.K_CKPT, 500 * MS, 510 * MS, 0),
+    )
     assert run.checkpoints == [(pytest.approx(0.009), pytest.approx(0.031)), (pytest.approx(0.5), pytest.approx(0.51))]

@@ -48,8 +48,9 @@ def aio(fn):
     return wrapper
 
 
-def make_app(feed=None, *, glyphs: Glyphs = COLOR, job: Job | None = None, threaded: bool = False,
-             store=None) -> TrainmonApp:
+def make_app(
+    feed=None, *, glyphs: Glyphs = COLOR, job: Job | None = None, threaded: bool = False, store=None
+) -> TrainmonApp:
     feed = feed or replay_at_end(store or make_store(120.0, switch_at=60.0))
     return TrainmonApp(feed, glyphs=glyphs, job=job, watchdog=False, threaded=threaded)
 
@@ -86,8 +87,9 @@ def test_stacked_bars_split_each_column_to_an_eighth():
     assert rows[1][0] == ("▄", "wait", "compute") and rows[0][2] == ("█", "compute", None)
     mono = bars([[3.0], [1.0]], [Layer("wait", "█", "#"), Layer("compute", "▒", "=")], 4.0, 4, Glyphs("block", False))
     assert [r[0][0] for r in mono] == ["▒", "█", "█", "█"]
-    ascii_rows = bars([[3.0], [1.0]], [Layer("wait", "█", "#"), Layer("compute", "▒", "=")], 4.0, 4,
-                      Glyphs("ascii", True))
+    ascii_rows = bars(
+        [[3.0], [1.0]], [Layer("wait", "█", "#"), Layer("compute", "▒", "=")], 4.0, 4, Glyphs("ascii", True)
+    )
     assert [r[0][0] for r in ascii_rows] == ["=", "#", "#", "#"]
 
 
@@ -162,8 +164,11 @@ async def test_ascii_and_no_color_draw_only_ascii_and_no_colour():
             for y in range(len(widget.text_lines())):
                 strip = widget.render_line(y)
                 assert strip.text.isascii(), strip.text
-                assert all(seg.style is None or (seg.style.color is None and seg.style.bgcolor is None)
-                           for seg in strip if seg.text.strip())
+                assert all(
+                    seg.style is None or (seg.style.color is None and seg.style.bgcolor is None)
+                    for seg in strip
+                    if seg.text.strip()
+                )
         assert app.has_class("-ascii")
         assert "#" in text(app.query_one("#training", ChartPane))
 
@@ -310,8 +315,9 @@ async def test_stack_dump_of_a_real_process_and_the_permission_message():
     child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
     try:
         store = make_store(20.0)
-        monitor = SimpleNamespace(store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None,
-                                  extra_pids={child.pid: "child"})
+        monitor = SimpleNamespace(
+            store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None, extra_pids={child.pid: "child"}
+        )
         store.sample(T0 + 20.5, {f"proc.{child.pid}.rss_mb": 10.0, f"proc.{child.pid}.cpu_pct": 0.0})
         app = make_app(LiveFeed(monitor))
         async with app.run_test(size=(120, 40)) as pilot:
@@ -329,8 +335,9 @@ async def test_stack_dump_of_a_real_process_and_the_permission_message():
             if "permission denied" not in lines[0]:
                 assert lines[0].startswith(f"pid {child.pid}:") and any("<module>" in ln for ln in lines), lines
             await pilot.press("escape")
-        denied = (f"py-spy cannot attach to pid {child.pid}: permission denied, Yama allows only descendants; "
-                  f"{PTRACE_FIX}")
+        denied = (
+            f"py-spy cannot attach to pid {child.pid}: permission denied, Yama allows only descendants; {PTRACE_FIX}"
+        )
         app = make_app(LiveFeed(monitor, dumper=lambda pid: [denied]))
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot, app)
@@ -415,8 +422,9 @@ async def test_frames_follow_a_real_monitor_through_the_frame_thread():
     feed = LiveFeed(monitor)
     app = TrainmonApp(feed, glyphs=COLOR, watchdog=False, threaded=True)
     posted: list[FrameReady] = []
-    async with app.run_test(size=(100, 34), message_hook=lambda m: posted.append(m) if isinstance(
-            m, FrameReady) else None) as pilot:
+    async with app.run_test(
+        size=(100, 34), message_hook=lambda m: posted.append(m) if isinstance(m, FrameReady) else None
+    ) as pilot:
         for k in range(3):
             monitor.tick()
             assert await until(pilot, lambda k=k: app.frames_applied >= k + 1)
@@ -474,13 +482,21 @@ async def test_app_exits_when_the_terminal_is_lost(monkeypatch):
 # ---------------------------------------------------------------- real commands in a real pseudo-terminal
 
 
-def run_in_pty(args: list[str], cols: int, rows: int, until: list[str], timeout: float, env: dict[str, str]
-               ) -> tuple[int, str]:
+def run_in_pty(
+    args: list[str], cols: int, rows: int, until: list[str], timeout: float, env: dict[str, str]
+) -> tuple[int, str]:
     """Start ``trainmon ARGS`` on a pty of the given size, wait for every string in ``until`` to appear, press q."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "trainmon", *args], stdin=slave, stdout=slave, stderr=slave,
-                            env=env, close_fds=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+        start_new_session=True,
+    )
     os.close(slave)
     out = bytearray()
     deadline = time.monotonic() + timeout
@@ -518,8 +534,14 @@ def run_in_pty(args: list[str], cols: int, rows: int, until: list[str], timeout:
 
 def test_replay_command_in_a_terminal_80x24(real_recording):
     env = child_env(TERM="xterm-256color", LANG="C.UTF-8", TZ="UTC")
-    rc, shown = run_in_pty(["replay", real_recording, "--speed", "8"], 80, 24,
-                           ["input.main_process", "step", "CPU", "no NVIDIA GPU", "END"], 40, env)
+    rc, shown = run_in_pty(
+        ["replay", real_recording, "--speed", "8"],
+        80,
+        24,
+        ["input.main_process", "step", "CPU", "no NVIDIA GPU", "END"],
+        40,
+        env,
+    )
     assert rc == 0 and "Traceback" not in shown
 
 
@@ -527,12 +549,17 @@ def test_replay_command_in_a_terminal_80x24(real_recording):
 def test_demo_command_in_a_terminal_shows_a_verdict_and_quits_cleanly():
     env = child_env(TERM="xterm-256color", LANG="C.UTF-8")
     start = time.monotonic()
-    rc, shown = run_in_pty(["demo", "--scenario", "main-process", "--seconds", "12"], 80, 24,
-                           ["input.main_process", "step", "CPU", "GPU", "PID"], 30, env)
+    rc, shown = run_in_pty(
+        ["demo", "--scenario", "main-process", "--seconds", "12"],
+        80,
+        24,
+        ["input.main_process", "step", "CPU", "GPU", "PID"],
+        30,
+        env,
+    )
     assert time.monotonic() - start < 30
     assert rc == 0 and "Traceback" not in shown
     assert "trainmon report" in shown  # the report follows the screen
-
 
 
 def test_chart_scale_is_not_pushed_up_by_float_noise():

@@ -41,8 +41,10 @@ def check_snapshot(name: str, svg: str, tmp_path: Path) -> None:
     if actual != expected_path.read_text():
         got = tmp_path / f"{name}.actual.svg"
         got.write_text(actual)
-        pytest.fail(f"screen differs from {expected_path}; this run's screen: {got} "
-                    "(if the change is intended: TRAINMON_UPDATE_SNAPSHOTS=1)")
+        pytest.fail(
+            f"screen differs from {expected_path}; this run's screen: {got} "
+            "(if the change is intended: TRAINMON_UPDATE_SNAPSHOTS=1)"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -45,24 +45,52 @@ def ns(t: float) -> int:
     return round(t * NS)
 
 
-def make_store(duration: float = 90.0, *, wait_ms: float = 30.0, compute_ms: float = 20.0,
-               switch_at: float | None = None, gpus: int = 1, ranks: int = 1, checkpoint_every: int = 0,
-               throttle: int = 0) -> Store:
+def make_store(
+    duration: float = 90.0,
+    *,
+    wait_ms: float = 30.0,
+    compute_ms: float = 20.0,
+    switch_at: float | None = None,
+    gpus: int = 1,
+    ranks: int = 1,
+    checkpoint_every: int = 0,
+    throttle: int = 0,
+) -> Store:
     """A run whose loop waits ``wait_ms`` on data and computes ``compute_ms`` per step (until ``switch_at`` s,
     after which data is ready at once), host/disk/GPU/process samples every second. Deterministic."""
     store = Store()
-    meta = {"interval": 1.0, "wall": WALL, "monotonic": T0,
-            "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(gpus)],
-            "gpu_error": None if gpus else "no NVIDIA driver: NVML Shared Library Not Found"}
+    meta = {
+        "interval": 1.0,
+        "wall": WALL,
+        "monotonic": T0,
+        "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(gpus)],
+        "gpu_error": None if gpus else "no NVIDIA driver: NVML Shared Library Not Found",
+    }
     store.meta(T0, meta)
     steps_by_rank = {}
     for r in range(ranks):
         rid, pid = r + 1, 4242 + r
-        hello = {"pid": pid, "name": "train.py", "rank": r if ranks > 1 else None,
-                 "world_size": ranks if ranks > 1 else None}
+        hello = {
+            "pid": pid,
+            "name": "train.py",
+            "rank": r if ranks > 1 else None,
+            "world_size": ranks if ranks > 1 else None,
+        }
         store.hello(rid, T0 + 1, hello)
-        store.info(rid, T0 + 1, {"loader": {"id": 1, "batch_size": 32, "num_workers": 2, "pin_memory": False,
-                                            "prefetch_factor": 2, "persistent_workers": True}})
+        store.info(
+            rid,
+            T0 + 1,
+            {
+                "loader": {
+                    "id": 1,
+                    "batch_size": 32,
+                    "num_workers": 2,
+                    "pin_memory": False,
+                    "prefetch_factor": 2,
+                    "persistent_workers": True,
+                }
+            },
+        )
         store.info(rid, T0 + 1, {"workers": {"loader": 1, "pids": [5000 + 10 * r, 5001 + 10 * r]}})
         store.info(rid, T0 + 1, {"name": {"id": 3, "name": "lr-drop"}})
         recs: list[tuple[float, list[int]]] = [(T0 + 2, [(1 << 8) | K_ITER_START, ns(T0 + 2), ns(T0 + 2), 2])]
@@ -92,37 +120,82 @@ def make_store(duration: float = 90.0, *, wait_ms: float = 30.0, compute_ms: flo
     return store
 
 
-def _sample_values(s: int, now: float, gpus: int, ranks: int, switch_at: float | None, throttle: int
-                   ) -> dict[str, float]:
+def _sample_values(
+    s: int, now: float, gpus: int, ranks: int, switch_at: float | None, throttle: int
+) -> dict[str, float]:
     late = switch_at is not None and now >= T0 + switch_at
     wave = math.sin(s / 7.0)
-    v: dict[str, float] = {"cpu.cores": 4.0, "cpu.busy": 62 + 20 * wave, "cpu.iowait": 4 + 3 * (s % 3),
-                           "cpu.user": 55 + 18 * wave, "cpu.system": 7.0, "cpu.steal": 0.0,
-                           "mem.used_pct": 41.0, "mem.used_mb": 26_000.0, "mem.total_mb": 64_000.0,
-                           "swap.used_mb": 0.0, "swap.total_mb": 2048.0, "load.1": 3.25, "load.5": 3.0}
+    v: dict[str, float] = {
+        "cpu.cores": 4.0,
+        "cpu.busy": 62 + 20 * wave,
+        "cpu.iowait": 4 + 3 * (s % 3),
+        "cpu.user": 55 + 18 * wave,
+        "cpu.system": 7.0,
+        "cpu.steal": 0.0,
+        "mem.used_pct": 41.0,
+        "mem.used_mb": 26_000.0,
+        "mem.total_mb": 64_000.0,
+        "swap.used_mb": 0.0,
+        "swap.total_mb": 2048.0,
+        "load.1": 3.25,
+        "load.5": 3.0,
+    }
     for c in range(4):
         v[f"cpu.core.{c}.busy"] = [97.0, 95.0, 40.0, 12.0][c]
         v[f"cpu.core.{c}.iowait"] = 1.0
     for d, scale in (("nvme0n1", 1.0), ("sda", 0.05)):
         p = f"disk.{d}."
-        v.update({p + "read_mb_s": scale * (180 + 60 * wave), p + "write_mb_s": scale * 12.0,
-                  p + "util_pct": scale * 70.0, p + "r_await_ms": 0.4, p + "w_await_ms": 1.2, p + "r_s": 900 * scale,
-                  p + "w_s": 40 * scale, p + "aqu_sz": 0.5})
+        v.update(
+            {
+                p + "read_mb_s": scale * (180 + 60 * wave),
+                p + "write_mb_s": scale * 12.0,
+                p + "util_pct": scale * 70.0,
+                p + "r_await_ms": 0.4,
+                p + "w_await_ms": 1.2,
+                p + "r_s": 900 * scale,
+                p + "w_s": 40 * scale,
+                p + "aqu_sz": 0.5,
+            }
+        )
     for g in range(gpus):
         p = f"gpu.{g}."
         util = 97.0 if late else 38 + 10 * wave
-        v.update({p + "util": util, p + "util_min": 90.0 if late else 0.0, p + "util_max": 100.0,
-                  p + "mem_util": 30.0, p + "mem_used_mb": 41_000.0, p + "mem_total_mb": 81_559.0,
-                  p + "power_w": 412.0, p + "power_limit_w": 700.0, p + "temp_c": 61.0, p + "sm_clock_mhz": 1980.0,
-                  p + "mem_clock_mhz": 2619.0, p + "sm_clock_max_mhz": 1980.0, p + "throttle": float(throttle),
-                  p + "pcie_rx_mb_s": 2900.0, p + "pcie_tx_mb_s": 80.0})
+        v.update(
+            {
+                p + "util": util,
+                p + "util_min": 90.0 if late else 0.0,
+                p + "util_max": 100.0,
+                p + "mem_util": 30.0,
+                p + "mem_used_mb": 41_000.0,
+                p + "mem_total_mb": 81_559.0,
+                p + "power_w": 412.0,
+                p + "power_limit_w": 700.0,
+                p + "temp_c": 61.0,
+                p + "sm_clock_mhz": 1980.0,
+                p + "mem_clock_mhz": 2619.0,
+                p + "sm_clock_max_mhz": 1980.0,
+                p + "throttle": float(throttle),
+                p + "pcie_rx_mb_s": 2900.0,
+                p + "pcie_tx_mb_s": 80.0,
+            }
+        )
     for r in range(ranks):
-        for pid, cpu, states in ((4242 + r, 35.0, (0.2, 0.8, 0.0)), (5000 + 10 * r, 99.0, (1.0, 0.0, 0.0)),
-                                 (5001 + 10 * r, 97.0, (0.9, 0.05, 0.05))):
+        for pid, cpu, states in (
+            (4242 + r, 35.0, (0.2, 0.8, 0.0)),
+            (5000 + 10 * r, 99.0, (1.0, 0.0, 0.0)),
+            (5001 + 10 * r, 97.0, (0.9, 0.05, 0.05)),
+        ):
             p = f"proc.{pid}."
-            v.update({p + "cpu_pct": cpu, p + "rss_mb": 2100.0 if pid < 5000 else 900.0, p + "read_mb_s": 0.0 if
-                      pid < 5000 else 88.0, p + "state_main_R": states[0], p + "state_main_S": states[1],
-                      p + "state_main_D": states[2]})
+            v.update(
+                {
+                    p + "cpu_pct": cpu,
+                    p + "rss_mb": 2100.0 if pid < 5000 else 900.0,
+                    p + "read_mb_s": 0.0 if pid < 5000 else 88.0,
+                    p + "state_main_R": states[0],
+                    p + "state_main_S": states[1],
+                    p + "state_main_D": states[2],
+                }
+            )
             if pid < 5000 and gpus:
                 v[p + "gpu_mem_mb"] = 40_960.0
     return v
@@ -281,8 +354,12 @@ def test_frame_shares_one_axis_and_reads_values_at_the_cursor():
     end = feed.clock.end
     live_edge = build_frame(feed, Layout(60, 2), end, 60.0, None)
     assert live_edge.axis.cols == 60 and live_edge.axis.buckets == 120
-    for series_len in (len(live_edge.runs[0].wait_ms), len(live_edge.gpus[0].util), len(live_edge.cpu.busy),
-                       len(live_edge.disks[0].read)):
+    for series_len in (
+        len(live_edge.runs[0].wait_ms),
+        len(live_edge.gpus[0].util),
+        len(live_edge.cpu.busy),
+        len(live_edge.disks[0].read),
+    ):
         assert series_len == 120
     assert len(live_edge.strip) == 60 and len(live_edge.runs[0].marks) == 60
     assert live_edge.verdict is not None and live_edge.verdict.code == "ok.compute_bound"
@@ -334,8 +411,9 @@ def test_frame_builder_follows_the_head_and_clamps_a_cursor_that_slid_off():
 
 def test_live_feed_keeps_each_ticks_verdict_and_calls_subscribers():
     store = make_store(10.0)
-    monitor = SimpleNamespace(store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None, extra_pids={
-        777: "child"})
+    monitor = SimpleNamespace(
+        store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None, extra_pids={777: "child"}
+    )
     feed = LiveFeed(monitor, keep_s=5.0)
     calls = []
     assert feed.subscribe(lambda: calls.append(1))
@@ -381,15 +459,22 @@ def test_a_real_recording_replays_into_frames(real_recording):
 
 
 def test_replay_command_prints_status_lines_without_a_terminal(real_recording, tmp_path):
-    res = subprocess.run(trainmon_cmd("replay", real_recording, "--speed", "4"), env=child_env(),
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        trainmon_cmd("replay", real_recording, "--speed", "4"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) >= 3 and all("▶" in ln for ln in lines)
     assert any("input.main_process" in ln for ln in lines)
-    for args, fragment in ((["replay", str(tmp_path / "nope.tmrec")], "no such file"),
-                           (["replay", real_recording, "--speed", "0"], "--speed"),
-                           (["replay", real_recording, "--speed", "fast"], "--speed")):
+    for args, fragment in (
+        (["replay", str(tmp_path / "nope.tmrec")], "no such file"),
+        (["replay", real_recording, "--speed", "0"], "--speed"),
+        (["replay", real_recording, "--speed", "fast"], "--speed"),
+    ):
         bad = subprocess.run(trainmon_cmd(*args), env=child_env(), capture_output=True, text=True, timeout=60)
         err = bad.stderr.strip().splitlines()
         assert bad.returncode == 2 and len(err) == 1 and err[0].startswith("trainmon: error:") and fragment in err[0]

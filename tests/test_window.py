@@ -12,8 +12,9 @@ from trainmon.store.run import Run
 US = 1000
 
 
-def _run_with_steps(n: int, slow_every: int, loaders: tuple[int, ...] = (1,), restart_every: int = 0,
-                    boundary: int = P.K_STEP) -> Run:
+def _run_with_steps(
+    n: int, slow_every: int, loaders: tuple[int, ...] = (1,), restart_every: int = 0, boundary: int = P.K_STEP
+) -> Run:
     """Steps (explicit, or optimizer steps) of 1 ms (a 200 µs wait each); every ``slow_every``-th takes 10 ms;
     the train loader changes to the next of ``loaders`` at equal shares; an epoch restart (warm-up steps) every
     ``restart_every``."""
@@ -30,7 +31,7 @@ def _run_with_steps(n: int, slow_every: int, loaders: tuple[int, ...] = (1,), re
         recs += [lid << 8 | P.K_WAIT, t, t + 200 * US, 0, boundary, t + step, t + step, 0]
         t += step
     for i in range(0, len(recs), 4 * 997):  # batches as a sender cuts them, not aligned to steps
-        run.apply_events(array("q", recs[i:i + 4 * 997]))
+        run.apply_events(array("q", recs[i : i + 4 * 997]))
     return run
 
 
@@ -41,11 +42,17 @@ def _reference(run: Run, t0: float, t1: float) -> dict:
     current = s.loader[idx[-1]]
     steady = [k for k in idx if s.loader[k] == current and not s.warm[k]]
     durs = [s.end[k] - s.start[k] for k in steady]
-    return {"steps": len(steady), "warm": sum(1 for k in idx if s.loader[k] == current and s.warm[k]),
-            "time": math.fsum(durs), "wait": math.fsum(s.wait[k] for k in steady),
-            "samples": sum(s.samples[k] for k in steady), "max": max(durs), "p50": quantile(durs, 0.5),
-            "p95": quantile(durs, 0.95),
-            "long": [(s.start[k], s.end[k]) for k, d in zip(steady, durs, strict=True) if d > 0.005]}
+    return {
+        "steps": len(steady),
+        "warm": sum(1 for k in idx if s.loader[k] == current and s.warm[k]),
+        "time": math.fsum(durs),
+        "wait": math.fsum(s.wait[k] for k in steady),
+        "samples": sum(s.samples[k] for k in steady),
+        "max": max(durs),
+        "p50": quantile(durs, 0.5),
+        "p95": quantile(durs, 0.95),
+        "long": [(s.start[k], s.end[k]) for k, d in zip(steady, durs, strict=True) if d > 0.005],
+    }
 
 
 def _check(run: Run, t0: float, t1: float) -> None:
@@ -90,7 +97,7 @@ def test_window_columns_survive_the_table_being_trimmed():
     run.steps.cap = 1_000
     run.steps.trim()
     after = w.spans_and_waits()[0]
-    assert after and after == before[len(before) - len(after):]
+    assert after and after == before[len(before) - len(after) :]
 
 
 def test_long_steps_stay_exact_as_the_window_slides_and_the_median_moves():

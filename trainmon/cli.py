@@ -47,16 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="trainmon", description="What is the GPU waiting for, and what should I change?")
     p.add_argument("--version", action="version", version=f"trainmon {__version__}")
-    p.add_argument("--listen", metavar="ADDR", default=None,
-                   help="address agents connect to: a Unix socket path or HOST:PORT (default: $TRAINMON_ADDR or "
-                        "a per-user socket)")
+    p.add_argument(
+        "--listen",
+        metavar="ADDR",
+        default=None,
+        help="address agents connect to: a Unix socket path or HOST:PORT (default: $TRAINMON_ADDR or "
+        "a per-user socket)",
+    )
     p.add_argument("--interval", type=_positive, default=None, metavar="S", help="refresh interval (default 1 s)")
-    p.add_argument("--config", metavar="FILE", default=None,
-                   help="config file (default ~/.config/trainmon/config.toml)")
+    p.add_argument(
+        "--config", metavar="FILE", default=None, help="config file (default ~/.config/trainmon/config.toml)"
+    )
     p.add_argument("--prometheus", metavar="HOST:PORT", default=None, help="serve Prometheus /metrics here")
     p.add_argument("--token", default=None, help="shared token required from agents on a non-loopback TCP address")
-    p.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
-                   help="watch a job started without the agent (py-spy sampling); repeatable")
+    p.add_argument(
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="watch a job started without the agent (py-spy sampling); repeatable",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     d = sub.add_parser("demo", help="run a built-in demo training under the monitor")
@@ -74,10 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--listen", dest="sub_listen", metavar="ADDR", default=None)
     rec.add_argument("--interval", dest="sub_interval", type=_positive, default=None, metavar="S")
     rec.add_argument("--quiet", "-q", action="store_true", help="no status lines")
-    rec.add_argument("--prometheus", dest="sub_prometheus", metavar="HOST:PORT", default=None,
-                     help="serve Prometheus /metrics here while recording")
-    rec.add_argument("--pid", dest="sub_pid", type=int, action="append", default=[], metavar="PID",
-                     help="also watch this process without the agent (py-spy sampling)")
+    rec.add_argument(
+        "--prometheus",
+        dest="sub_prometheus",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve Prometheus /metrics here while recording",
+    )
+    rec.add_argument(
+        "--pid",
+        dest="sub_pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="also watch this process without the agent (py-spy sampling)",
+    )
 
     sub.add_parser("doctor", help="what works here: NVML, py-spy/ptrace, socket directory, torch")
 
@@ -88,8 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="the live screen (or a replay) in a web browser, via textual-serve")
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     sv.add_argument("--port", type=int, default=8000)
-    sv.add_argument("--allow-remote", action="store_true",
-                    help="allow a non-loopback --host (anyone who can reach it sees your jobs: prefer an SSH tunnel)")
+    sv.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (anyone who can reach it sees your jobs: prefer an SSH tunnel)",
+    )
     sv.add_argument("--replay", metavar="FILE", default=None, help="serve a recording instead of the live monitor")
 
     rp = sub.add_parser("replay", help="a recording through the live screen (status lines when not a terminal)")
@@ -123,8 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.settings.theme == "mono":
         os.environ.setdefault("NO_COLOR", "1")
     handlers: dict[str | None, Callable[[argparse.Namespace], int]] = {
-        None: cmd_live, "demo": cmd_demo, "run": cmd_run, "record": cmd_record, "report": cmd_report,
-        "doctor": cmd_doctor, "replay": cmd_replay, "serve": cmd_serve,
+        None: cmd_live,
+        "demo": cmd_demo,
+        "run": cmd_run,
+        "record": cmd_record,
+        "report": cmd_report,
+        "doctor": cmd_doctor,
+        "replay": cmd_replay,
+        "serve": cmd_serve,
     }
     try:
         return handlers[args.command](args)
@@ -148,14 +180,20 @@ def _interval(args: argparse.Namespace) -> float:
     return getattr(args, "sub_interval", None) or args.interval or args.settings.interval
 
 
-def _start_monitor(address: str | None, interval: float, token: str | None, sinks=None, pids=(),
-                   args: argparse.Namespace | None = None):
+def _start_monitor(
+    address: str | None, interval: float, token: str | None, sinks=None, pids=(), args: argparse.Namespace | None = None
+):
     from trainmon.monitor import Monitor
     from trainmon.sources.agents import AddressError
 
     settings = getattr(args, "settings", None)
-    monitor = Monitor(address, interval=interval, token=token, sinks=sinks,
-                      thresholds=settings.thresholds if settings is not None else None)
+    monitor = Monitor(
+        address,
+        interval=interval,
+        token=token,
+        sinks=sinks,
+        thresholds=settings.thresholds if settings is not None else None,
+    )
     for pid in pids:
         error = monitor.watch_pid(pid)
         if error:
@@ -235,16 +273,24 @@ def cmd_live(args: argparse.Namespace) -> int:
         from trainmon.tui.run import run_tui
         from trainmon.view import LiveFeed
 
-        hint = (f"listening on {monitor.address}: trainmon.agent.attach() in the script, or "
-                f"TRAINMON_ADDR={monitor.address}")
-        job = Job(notice=lambda: None if monitor.store.runs or monitor.extra_pids else hint,
-                  running=lambda: False, confirm_quit=False)
+        hint = (
+            f"listening on {monitor.address}: trainmon.agent.attach() in the script, or TRAINMON_ADDR={monitor.address}"
+        )
+        job = Job(
+            notice=lambda: None if monitor.store.runs or monitor.extra_pids else hint,
+            running=lambda: False,
+            confirm_quit=False,
+        )
         try:
             return run_tui(LiveFeed(monitor), job=job)
         finally:
             monitor.stop()
-    print(f"trainmon {__version__}: listening on {monitor.address} — in training: trainmon.agent.attach() "
-          f"(or TRAINMON_ADDR={monitor.address})", file=sys.stderr, flush=True)
+    print(
+        f"trainmon {__version__}: listening on {monitor.address} — in training: trainmon.agent.attach() "
+        f"(or TRAINMON_ADDR={monitor.address})",
+        file=sys.stderr,
+        flush=True,
+    )
     monitor.listeners.append(_print_status)
     stop = _stop_event()
     try:
@@ -262,8 +308,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     except RecorderError as exc:
         raise CliError(str(exc)) from None
     try:
-        monitor = _start_monitor(_listen(args), _interval(args), args.token, sinks=[recorder], pids=_pids(args),
-                                 args=args)
+        monitor = _start_monitor(
+            _listen(args), _interval(args), args.token, sinks=[recorder], pids=_pids(args), args=args
+        )
     except CliError:
         recorder.close()
         raise
@@ -287,8 +334,10 @@ def cmd_record(args: argparse.Namespace) -> int:
         return 1
     runs = len(monitor.store.runs)
     steps = sum(r.steps.total for r in monitor.store.runs.values())
-    print(f"trainmon: wrote {args.output} ({recorder.bytes_written / 1024:.0f} KiB, {runs} run(s), {steps} steps)",
-          file=sys.stderr)
+    print(
+        f"trainmon: wrote {args.output} ({recorder.bytes_written / 1024:.0f} KiB, {runs} run(s), {steps} steps)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -315,8 +364,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError):
         raise CliError(f"cannot resolve --host {args.host}") from None
     if not loopback and not args.allow_remote:
-        raise CliError(f"{args.host} is not a loopback address: pass --allow-remote, or better, tunnel over SSH "
-                       f"(ssh -L {args.port}:127.0.0.1:{args.port} HOST)")
+        raise CliError(
+            f"{args.host} is not a loopback address: pass --allow-remote, or better, tunnel over SSH "
+            f"(ssh -L {args.port}:127.0.0.1:{args.port} HOST)"
+        )
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be 1-65535, got {args.port}")
     command = [sys.executable, "-m", "trainmon"]
@@ -328,8 +379,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         command += ["replay", os.path.abspath(args.replay)]
     else:
         command += [*(["--listen", args.listen] if args.listen else []), "--interval", str(_interval(args))]
-    print(f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab)", file=sys.stderr,
-          flush=True)
+    print(
+        f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab)", file=sys.stderr, flush=True
+    )
     Server(shlex.join(command), host=args.host, port=args.port, title="trainmon").serve()
     return 0
 
@@ -421,8 +473,9 @@ def _stop_child(child: subprocess.Popen, gentle: bool) -> None:
     child.wait()
 
 
-def _run_child_tui(cmd: list[str], env: dict[str, str], monitor, what: str, running_notice: str | None,
-                   confirm_quit: bool) -> tuple[int, str, bool]:
+def _run_child_tui(
+    cmd: list[str], env: dict[str, str], monitor, what: str, running_notice: str | None, confirm_quit: bool
+) -> tuple[int, str, bool]:
     """Run CMD under the screen; its output goes to a log file (it would tear the screen).
 
     Returns (CMD's exit status, the log's path, whether CMD was stopped because the user quit the screen).
@@ -477,8 +530,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             if tui:
                 status, log_path, stopped = _run_child_tui(
-                    cmd, env, monitor, "the demo training",
-                    f"demo {scenario.name}: {scenario.description} (expected: {scenario.expected})", False)
+                    cmd,
+                    env,
+                    monitor,
+                    "the demo training",
+                    f"demo {scenario.name}: {scenario.description} (expected: {scenario.expected})",
+                    False,
+                )
                 os.unlink(log_path)
                 if stopped:
                     status = 0  # the user ended the demo: not a failure
@@ -513,8 +571,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     log_path = None
     address, tmp = _private_address()
     with tmp:
-        monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None,
-                                 args=args)
+        monitor = _start_monitor(address, _interval(args), None, sinks=[recorder] if recorder else None, args=args)
         try:
             with agent_env(address) as env:
                 if tui:

@@ -71,8 +71,9 @@ def check_torch() -> list[Row]:
     # Import in a child: a broken torch install can crash the interpreter, and the monitor never needs torch.
     code = "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())"
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=TORCH_PROBE_TIMEOUT_S, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=TORCH_PROBE_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         return [("torch", WARN, f"`import torch` took over {TORCH_PROBE_TIMEOUT_S:g} s")]
     except OSError as exc:
@@ -80,8 +81,13 @@ def check_torch() -> list[Row]:
     fields = out.stdout.split()
     if out.returncode != 0 or len(fields) != 3:
         lines = out.stderr.strip().splitlines()
-        return [("torch", WARN, f"import fails: {lines[-1] if lines else f'exit {out.returncode}'} "
-                 "(only `trainmon demo` needs it)")]
+        return [
+            (
+                "torch",
+                WARN,
+                f"import fails: {lines[-1] if lines else f'exit {out.returncode}'} (only `trainmon demo` needs it)",
+            )
+        ]
     version, cuda, count = fields
     detail = f"{version}, CUDA available, {count} device(s)" if cuda == "True" else f"{version}, no CUDA"
     return [("torch", OK, detail)]
@@ -116,8 +122,13 @@ def check_nvml() -> list[Row]:
     try:
         nvml: Any = importlib.import_module("pynvml")
     except Exception as exc:
-        return [("nvml", WARN, f"pynvml not importable ({_one_line(exc)}): pip install nvidia-ml-py; "
-                 "running without GPU data")]
+        return [
+            (
+                "nvml",
+                WARN,
+                f"pynvml not importable ({_one_line(exc)}): pip install nvidia-ml-py; running without GPU data",
+            )
+        ]
     _, err = _nvml_call(nvml.nvmlInit)
     if err is not None:
         return [("nvml", WARN, f"NVML unavailable: {err} (no NVIDIA driver here?); running without GPU data")]
@@ -177,8 +188,11 @@ def _socket_dir_row(directory: str) -> Row:
     if not stat.S_ISDIR(st.st_mode):
         return (check, FAIL, f"{directory} exists and is not a directory: remove it or set TRAINMON_ADDR")
     if st.st_uid != os.getuid():
-        return (check, FAIL, f"{directory} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): "
-                "remove it or set TRAINMON_ADDR")
+        return (
+            check,
+            FAIL,
+            f"{directory} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): remove it or set TRAINMON_ADDR",
+        )
     if not os.access(directory, os.W_OK | os.X_OK):
         return (check, FAIL, f"{directory} is not writable by you: chmod 700 {directory}")
     mode = stat.S_IMODE(st.st_mode)
@@ -238,8 +252,7 @@ def check_socket() -> list[Row]:
 
 def _checks() -> tuple[Callable[[], list[Row]], ...]:
     # Resolved at call time, so a test can replace one check (e.g. skip the slow torch import).
-    return (check_python, check_psutil, check_textual, check_torch, check_nvml, check_pyspy, check_ptrace,
-            check_socket)
+    return (check_python, check_psutil, check_textual, check_torch, check_nvml, check_pyspy, check_ptrace, check_socket)
 
 
 def _run_check(check: Callable[[], list[Row]]) -> list[Row]:

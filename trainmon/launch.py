@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import trainmon
 
-_SITECUSTOMIZE = '''\
+_SITECUSTOMIZE = """\
 # Written by `trainmon run`: attach the trainmon agent, then run any sitecustomize this one shadows.
 import os as _os
 import sys as _sys
@@ -33,7 +33,7 @@ try:
     _agent.attach()
 except Exception:
     pass
-'''
+"""
 
 
 @contextlib.contextmanager

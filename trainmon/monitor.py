@@ -92,9 +92,18 @@ class Source(Protocol):
 
 
 class Monitor:
-    def __init__(self, address: str | None = None, *, interval: float = 1.0, token: str | None = None,
-                 thresholds: Thresholds | None = None, sinks: list[Ingest] | None = None,
-                 listen: bool = True, sources: list[Source] | None = None, nvml_module: Any = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        interval: float = 1.0,
+        token: str | None = None,
+        thresholds: Thresholds | None = None,
+        sinks: list[Ingest] | None = None,
+        listen: bool = True,
+        sources: list[Source] | None = None,
+        nvml_module: Any = None,
+    ) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
         self.store = Store()
@@ -227,10 +236,22 @@ class Monitor:
                 w = run_window(run, t - self.thresholds.window_s, t, min_steps=self.thresholds.window_steps)
                 i, j = run.steps.index_range(t - rate_window_s, t)
                 span = min(rate_window_s, max(1e-9, t - run.first_seen))
-                out.append(RunStatus(
-                    run.id, run.pid, run.rank, run.name, run.connected, run.ended, run.steps.total,
-                    (j - i) / span, w.wait_fraction, w.samples_per_s,
-                    w.step_p50_s * 1e3 if w.step_p50_s == w.step_p50_s else math.nan, run.dropped_records))
+                out.append(
+                    RunStatus(
+                        run.id,
+                        run.pid,
+                        run.rank,
+                        run.name,
+                        run.connected,
+                        run.ended,
+                        run.steps.total,
+                        (j - i) / span,
+                        w.wait_fraction,
+                        w.samples_per_s,
+                        w.step_p50_s * 1e3 if w.step_p50_s == w.step_p50_s else math.nan,
+                        run.dropped_records,
+                    )
+                )
         return out
 
 

@@ -222,12 +222,29 @@ MAX_LOADER_ID = 4096
 MAX_NAMES = 4096
 MAX_LIST = 1024
 _HELLO_STR = ("host", "session", "name", "torch", "python", "trainmon", "device", "peer")
-_HELLO_INT = ("ppid", "rank", "local_rank", "world_size", "connection", "sent_records", "dropped_records",
-              "mono_ns", "protocol")
+_HELLO_INT = (
+    "ppid",
+    "rank",
+    "local_rank",
+    "world_size",
+    "connection",
+    "sent_records",
+    "dropped_records",
+    "mono_ns",
+    "protocol",
+)
 _LOADER_FIELDS: dict[str, type] = {
-    "batch_size": int, "num_workers": int, "pin_memory": bool, "prefetch_factor": int,
-    "persistent_workers": bool, "drop_last": bool, "dataset": str, "dataset_len": int,
-    "sampler": str, "multiprocessing_context": str, "attached_late": bool,
+    "batch_size": int,
+    "num_workers": int,
+    "pin_memory": bool,
+    "prefetch_factor": int,
+    "persistent_workers": bool,
+    "drop_last": bool,
+    "dataset": str,
+    "dataset_len": int,
+    "sampler": str,
+    "multiprocessing_context": str,
+    "attached_late": bool,
 }
 
 
@@ -261,12 +278,23 @@ def clean_counts(counts: object) -> dict[str, Any]:
     raw = counts.get("wait")
     if isinstance(raw, dict):
         for key, value in list(raw.items())[:MAX_LIST]:
-            if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 6 and \
-                    int(key) < MAX_LOADER_ID and _count(value):
+            if (
+                isinstance(key, str)
+                and key.isascii()
+                and key.isdigit()
+                and len(key) < 6
+                and int(key) < MAX_LOADER_ID
+                and _count(value)
+            ):
                 waits[str(int(key))] = _count(value)
     last = counts.get("last")
-    return {"step": _count(counts.get("step")), "opt": _count(counts.get("opt")),
-            "groups": _count(counts.get("groups")), "last": last if last in (K_WAIT, K_OPT) else 0, "wait": waits}
+    return {
+        "step": _count(counts.get("step")),
+        "opt": _count(counts.get("opt")),
+        "groups": _count(counts.get("groups")),
+        "last": last if last in (K_WAIT, K_OPT) else 0,
+        "wait": waits,
+    }
 
 
 def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
@@ -288,8 +316,7 @@ def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
     argv = hello.get("argv")
     clean["argv"] = bounded_argv(argv) if isinstance(argv, list) else []
     job = hello.get("job")
-    clean["job"] = ({str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]}
-                    if isinstance(job, dict) else {})
+    clean["job"] = {str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]} if isinstance(job, dict) else {}
     clean["counts"] = clean_counts(hello.get("counts"))
     return clean
 

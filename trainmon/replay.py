@@ -20,8 +20,9 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 class ReplayClock:
     """Playback position in recording time: moves at ``speed`` × real time while playing, stops at the end."""
 
-    def __init__(self, start: float, end: float, speed: float = 1.0, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, start: float, end: float, speed: float = 1.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.start = start
         self.end = max(start, end)
         self.speed = speed
@@ -72,8 +73,15 @@ class ReplayFeed:
 
     live = False
 
-    def __init__(self, store: Store, speed: float = 1.0, *, thresholds: Thresholds | None = None,
-                 clock: Callable[[], float] = time.monotonic, name: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        speed: float = 1.0,
+        *,
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "",
+    ) -> None:
         self.store = store
         self.name = name
         self.thresholds = thresholds or Thresholds()
@@ -146,8 +154,10 @@ class ReplayFeed:
         return "REPLAY", f"{self.clock.speed:g}× {where}"
 
     def dump(self, pid: int) -> list[str]:
-        return [f"pid {pid}: stack dumps need the live process; this screen replays a recording",
-                "run `trainmon` (or `trainmon --pid PID`) next to the training job to dump its stacks"]
+        return [
+            f"pid {pid}: stack dumps need the live process; this screen replays a recording",
+            "run `trainmon` (or `trainmon --pid PID`) next to the training job to dump its stacks",
+        ]
 
     def subscribe(self, callback: Callable[[], None]) -> bool:
         return False  # the playback clock moves on its own: the screen polls it

@@ -90,8 +90,7 @@ class LiveFeed:
 
     live = True
 
-    def __init__(self, monitor: Any, keep_s: float = 1200.0, dumper: Callable[[int], list[str]] | None = None
-                 ) -> None:
+    def __init__(self, monitor: Any, keep_s: float = 1200.0, dumper: Callable[[int], list[str]] | None = None) -> None:
         self.monitor = monitor
         self.store: Store = monitor.store
         self.keep_s = keep_s
@@ -489,8 +488,9 @@ def step_buckets(run: Run, edges: Sequence[float]) -> tuple[list[float], list[fl
     rate_span = max(dt, RATE_SPAN_S)
     last_end = s.end[-1]
     cum_dur, cum_wait, cum_samples = s.prefix_sums()  # O(1) per bucket however many steps it holds
-    for k, ((i, j), (ri, rj)) in enumerate(zip(_step_slices(run, edges, step_span),
-                                               _step_slices(run, edges, rate_span), strict=True)):
+    for k, ((i, j), (ri, rj)) in enumerate(
+        zip(_step_slices(run, edges, step_span), _step_slices(run, edges, rate_span), strict=True)
+    ):
         if j > i:
             cnt = j - i
             dur = cum_dur[j] - cum_dur[i]
@@ -587,8 +587,9 @@ class Layout:
 class FrameBuilder:
     """Builds Frames for one feed and one view state. Thread-safe; callers may build from any thread."""
 
-    def __init__(self, feed: Feed, state: ViewState | None = None, status_extra: Callable[[], str | None] | None
-                 = None) -> None:
+    def __init__(
+        self, feed: Feed, state: ViewState | None = None, status_extra: Callable[[], str | None] | None = None
+    ) -> None:
         self.feed = feed
         self.state = state or ViewState()
         self.status_extra = status_extra
@@ -604,12 +605,31 @@ class FrameBuilder:
                 st.cursor_t = t_end - window_s  # the cursor slid off the left edge as time went on
             cursor_t = st.cursor_t
         self.seq += 1
-        return build_frame(self.feed, layout, t_end, window_s, cursor_t, paused=paused, focus=focus, seq=self.seq,
-                           notice=self.status_extra() if self.status_extra else None)
+        return build_frame(
+            self.feed,
+            layout,
+            t_end,
+            window_s,
+            cursor_t,
+            paused=paused,
+            focus=focus,
+            seq=self.seq,
+            notice=self.status_extra() if self.status_extra else None,
+        )
 
 
-def build_frame(feed: Feed, layout: Layout, t_end: float | None, window_s: float, cursor_t: float | None, *,
-                paused: bool = False, focus: str | None = None, seq: int = 0, notice: str | None = None) -> Frame:
+def build_frame(
+    feed: Feed,
+    layout: Layout,
+    t_end: float | None,
+    window_s: float,
+    cursor_t: float | None,
+    *,
+    paused: bool = False,
+    focus: str | None = None,
+    seq: int = 0,
+    notice: str | None = None,
+) -> Frame:
     cols, sub = max(1, layout.cols), max(1, layout.sub)
     if t_end is None:
         t_end = time.monotonic()
@@ -626,8 +646,17 @@ def build_frame(feed: Feed, layout: Layout, t_end: float | None, window_s: float
     instant = cursor_t if cursor_t is not None else t_end
     store = feed.store
     offset = feed.wall_offset()
-    axis = Axis(t0, t_end, cols, sub, cursor_col, cursor_t, _ticks(feed, t0, t_end, cols, window_s),
-                _clock(instant, offset, feed, t_end), col_dt)
+    axis = Axis(
+        t0,
+        t_end,
+        cols,
+        sub,
+        cursor_col,
+        cursor_t,
+        _ticks(feed, t0, t_end, cols, window_s),
+        _clock(instant, offset, feed, t_end),
+        col_dt,
+    )
     points = feed.verdicts(t0, instant if cursor_t is not None else t_end)
     with store.lock:
         verdict = _verdict_view(points, instant, _clock(instant, offset, feed, t_end))
@@ -641,9 +670,25 @@ def build_frame(feed: Feed, layout: Layout, t_end: float | None, window_s: float
     gpu_error = feed.gpu_error()
     if gpu_error is None and not gpus:
         gpu_error = "no device found" if store.metadata.get("gpus") == [] or feed.live else "not recorded"
-    return Frame(seq=seq, live=feed.live, status=feed.status_label(paused, t_end), window_s=window_s, paused=paused,
-                 focus=focus, axis=axis, verdict=verdict, strip=strip, runs=runs, agentless=agentless, gpus=gpus,
-                 gpu_error=gpu_error, cpu=cpu, disks=disks, procs=procs, notice=notice)
+    return Frame(
+        seq=seq,
+        live=feed.live,
+        status=feed.status_label(paused, t_end),
+        window_s=window_s,
+        paused=paused,
+        focus=focus,
+        axis=axis,
+        verdict=verdict,
+        strip=strip,
+        runs=runs,
+        agentless=agentless,
+        gpus=gpus,
+        gpu_error=gpu_error,
+        cpu=cpu,
+        disks=disks,
+        procs=procs,
+        notice=notice,
+    )
 
 
 def _fmt_rel(seconds: float) -> str:
@@ -710,8 +755,9 @@ def _verdict_view(points: list[VerdictPoint], t: float, at_label: str) -> Verdic
         if q.verdict is None or q.verdict.code != v.code:
             break
         since = p.t - q.t
-    return VerdictView(v.code, v.severity, v.summary, list(v.advice), dict(v.evidence), list(p.findings), since,
-                       at_label)
+    return VerdictView(
+        v.code, v.severity, v.summary, list(v.advice), dict(v.evidence), list(p.findings), since, at_label
+    )
 
 
 def _strip(points: list[VerdictPoint], col_edges: Sequence[float]) -> list[StripCell]:
@@ -748,8 +794,20 @@ def _run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols
         state = f"ended: {run.ended or 'closed'}"
     if not run.connected and run.last_seen > instant:
         state = "running"  # replay: at the instant shown it had not ended yet
-    return RunView(run.id, label, run.name, run.pid, state, _loader_text(run), wait_ms, compute_ms, rate, wait_pct,
-                   run_marks(run, col_edges, cols), run_values(run, instant))
+    return RunView(
+        run.id,
+        label,
+        run.name,
+        run.pid,
+        state,
+        _loader_text(run),
+        wait_ms,
+        compute_ms,
+        rate,
+        wait_pct,
+        run_marks(run, col_edges, cols),
+        run_values(run, instant),
+    )
 
 
 def _agentless(store: Store, edges: Sequence[float], t: float, hold: float) -> list[AgentlessView]:
@@ -763,10 +821,14 @@ def _agentless(store: Store, edges: Sequence[float], t: float, hold: float) -> l
             continue
         wait = store.series.get(name)
         ckpt = store.series.get(f"pyspy.{pid}.checkpoint_share")
-        out.append(AgentlessView(pid, [x * 100 for x in bucket_series(wait, edges, hold)],
-                                 [x * 100 for x in bucket_series(ckpt, edges, hold)],
-                                 {"wait_pct": value_at(wait, t, 3 * hold) * 100,
-                                  "checkpoint_pct": value_at(ckpt, t, 3 * hold) * 100}))
+        out.append(
+            AgentlessView(
+                pid,
+                [x * 100 for x in bucket_series(wait, edges, hold)],
+                [x * 100 for x in bucket_series(ckpt, edges, hold)],
+                {"wait_pct": value_at(wait, t, 3 * hold) * 100, "checkpoint_pct": value_at(ckpt, t, 3 * hold) * 100},
+            )
+        )
     return out
 
 
@@ -775,7 +837,7 @@ def _indices(store: Store, prefix: str, suffix: str) -> list[str]:
     out = []
     for name in store.series:
         if name.startswith(prefix) and name.endswith(suffix):
-            mid = name[len(prefix):len(name) - len(suffix)]
+            mid = name[len(prefix) : len(name) - len(suffix)]
             if mid and "." not in mid:
                 out.append(mid)
     return out
@@ -798,9 +860,24 @@ def _gpus(store: Store, edges: Sequence[float], t: float, hold: float) -> list[G
         used = bucket_series(s("mem_used_mb"), edges, hold)
         total = value_at(s("mem_total_mb"), edges[-1], 1e9)
         mem_pct = [u / total * 100 if total and total == total else NAN for u in used]
-        values = {k: value_at(s(k), t, hold) for k in ("util", "util_min", "util_max", "mem_used_mb", "mem_total_mb",
-                                                       "power_w", "power_limit_w", "temp_c", "sm_clock_mhz",
-                                                       "sm_clock_max_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "mem_util")}
+        values = {
+            k: value_at(s(k), t, hold)
+            for k in (
+                "util",
+                "util_min",
+                "util_max",
+                "mem_used_mb",
+                "mem_total_mb",
+                "power_w",
+                "power_limit_w",
+                "temp_c",
+                "sm_clock_mhz",
+                "sm_clock_max_mhz",
+                "pcie_rx_mb_s",
+                "pcie_tx_mb_s",
+                "mem_util",
+            )
+        }
         bits = value_at(s("throttle"), t, hold)
         throttle = [] if _nan(bits) else [nm for b, nm in THROTTLE_NAMES.items() if int(bits) & b]
         gpm = {k.split(".")[1]: v for k in GPM_KEYS if not _nan(v := value_at(s(k), t, hold))}
@@ -817,9 +894,22 @@ def _cpu(store: Store, edges: Sequence[float], t: float, hold: float) -> CpuView
     mem_pct = bucket_series(s("mem.used_pct"), edges, hold)
     cores = sorted(int(i) for i in _indices(store, "cpu.core.", ".busy") if i.isdigit())
     per_core = [value_at(s(f"cpu.core.{i}.busy"), t, hold) for i in cores]
-    values = {k: value_at(s(k), t, hold) for k in ("cpu.busy", "cpu.iowait", "cpu.user", "cpu.system", "cpu.steal",
-                                                   "load.1", "mem.used_pct", "mem.used_mb", "mem.total_mb",
-                                                   "swap.used_mb", "swap.total_mb")}
+    values = {
+        k: value_at(s(k), t, hold)
+        for k in (
+            "cpu.busy",
+            "cpu.iowait",
+            "cpu.user",
+            "cpu.system",
+            "cpu.steal",
+            "load.1",
+            "mem.used_pct",
+            "mem.used_mb",
+            "mem.total_mb",
+            "swap.used_mb",
+            "swap.total_mb",
+        )
+    }
     values["cores"] = float(len(cores)) if cores else value_at(s("cpu.cores"), t, 1e9)
     return CpuView(busy, iowait, mem_pct, per_core, values)
 
@@ -831,10 +921,13 @@ def _disks(store: Store, edges: Sequence[float], t: float, hold: float) -> list[
         read = bucket_series(store.series.get(p + "read_mb_s"), edges, hold)
         write = bucket_series(store.series.get(p + "write_mb_s"), edges, hold)
         util = bucket_series(store.series.get(p + "util_pct"), edges, hold)
-        values = {k: value_at(store.series.get(p + k), t, hold)
-                  for k in ("read_mb_s", "write_mb_s", "util_pct", "r_await_ms", "w_await_ms", "r_s", "w_s")}
-        activity = sum(x for x in read if x == x) + sum(x for x in write if x == x) + sum(
-            x for x in util if x == x) / 100
+        values = {
+            k: value_at(store.series.get(p + k), t, hold)
+            for k in ("read_mb_s", "write_mb_s", "util_pct", "r_await_ms", "w_await_ms", "r_s", "w_s")
+        }
+        activity = (
+            sum(x for x in read if x == x) + sum(x for x in write if x == x) + sum(x for x in util if x == x) / 100
+        )
         out.append(DiskView(name, read, write, util, values, activity))
     return sorted(out, key=lambda d: (-d.activity, d.name))
 

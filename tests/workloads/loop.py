@@ -30,8 +30,12 @@ class Items(Dataset):
 def main() -> None:
     steps, workers, ctx, sleep_ms = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
     torch.set_num_threads(1)
-    loader = DataLoader(Items(steps * 4, sleep_ms / 1e3), batch_size=4, num_workers=workers,
-                        multiprocessing_context=(ctx if workers and ctx != "none" else None))
+    loader = DataLoader(
+        Items(steps * 4, sleep_ms / 1e3),
+        batch_size=4,
+        num_workers=workers,
+        multiprocessing_context=(ctx if workers and ctx != "none" else None),
+    )
     model = torch.nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     done = 0
@@ -43,8 +47,18 @@ def main() -> None:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         done += 1
-    print(json.dumps({"steps": done, "pid": os.getpid(), "attached": ATTACHED, "worker_pids": worker_pids,
-                      "patched": hasattr(DataLoader.__iter__, "__wrapped__")}), flush=True)
+    print(
+        json.dumps(
+            {
+                "steps": done,
+                "pid": os.getpid(),
+                "attached": ATTACHED,
+                "worker_pids": worker_pids,
+                "patched": hasattr(DataLoader.__iter__, "__wrapped__"),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

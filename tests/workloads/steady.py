@@ -60,8 +60,21 @@ def main() -> None:
         times.append(now - last)
         last = now
     wall = time.perf_counter() - start
-    print(json.dumps({"pid": os.getpid(), "steps": len(times), "times": times, "wall": wall, "rss0_kb": rss0,
-                      "rss1_kb": rss_kb(), "attached": ATTACHED, "agent": trainmon.agent.stats()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "steps": len(times),
+                "times": times,
+                "wall": wall,
+                "rss0_kb": rss0,
+                "rss1_kb": rss_kb(),
+                "attached": ATTACHED,
+                "agent": trainmon.agent.stats(),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def flood(seconds: float) -> dict:
 
 def steady(steps: int, step_s: float, loaders: int) -> dict:
     # A stand-in for a DataLoader: registered like one, its waits recorded like the real hook's.
-    lids = [agent._agent.registry.register_loader({"batch_size": 4, "num_workers": 0}) if agent._agent else 0
-            for _ in range(loaders)]
+    lids = [
+        agent._agent.registry.register_loader({"batch_size": 4, "num_workers": 0}) if agent._agent else 0
+        for _ in range(loaders)
+    ]
     for i in range(steps):
         t0 = _hot._pc()
         time.sleep(step_s / 4)
@@ -62,8 +64,10 @@ def main() -> None:
         time.sleep(max(0.0, start_at - time.time()))
     attached = agent.attach()
     extra = flood(float(os.environ["TRAINMON_FLOOD_S"])) if not steps else steady(steps, step_s, loaders)
-    print(json.dumps({"pid": os.getpid(), "steps": steps, "attached": attached, "agent": agent.stats(), **extra}),
-          flush=True)
+    print(
+        json.dumps({"pid": os.getpid(), "steps": steps, "attached": attached, "agent": agent.stats(), **extra}),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

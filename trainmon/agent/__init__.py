@@ -27,8 +27,19 @@ from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
 __all__ = ["attach", "attached", "detach", "mark", "phase", "stats", "step"]
 
 _TRUE = {"1", "true", "yes", "on"}
-_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-             "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_PROCID", "TRAINMON_JOB")
+_RANK_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "SLURM_PROCID",
+    "TRAINMON_JOB",
+)
 _lock = threading.Lock()
 _agent: _Agent | None = None
 _names: dict[str, int] = {}
@@ -37,8 +48,9 @@ _names: dict[str, int] = {}
 class _Agent:
     def __init__(self, address: str, name: str | None) -> None:
         self.session = secrets.token_hex(8)
-        self.sender = Sender(address, _hello(name, self.session), os.environ.get("TRAINMON_TOKEN"),
-                             hello_extra=_hello_extra)
+        self.sender = Sender(
+            address, _hello(name, self.session), os.environ.get("TRAINMON_TOKEN"), hello_extra=_hello_extra
+        )
         self.registry = Registry(self.sender.add_control)
         self.hooks = TorchHooks(self.registry)
 

@@ -6,15 +6,18 @@ import re
 
 MASK = "***"
 # "token" but not "tokens"/"tokenizer": --max-tokens and --tokenizer are common and harmless in ML.
-_SECRET_WORDS = (r"(?:password|passwd|pwd|secret|token(?!s|i[sz]e)|api[-_]?key|access[-_]?key|auth|credential"
-                 r"|private[-_]?key)")
+_SECRET_WORDS = (
+    r"(?:password|passwd|pwd|secret|token(?!s|i[sz]e)|api[-_]?key|access[-_]?key|auth|credential"
+    r"|private[-_]?key)"
+)
 _FLAG_WITH_VALUE = re.compile(rf"^(--?[\w.-]*{_SECRET_WORDS}[\w.-]*)=(.+)$", re.IGNORECASE)
 _BARE_FLAG = re.compile(rf"^--?[\w.-]*{_SECRET_WORDS}[\w.-]*$", re.IGNORECASE)
 _ASSIGNMENT = re.compile(rf"^([A-Za-z_][\w.]*(?:{_SECRET_WORDS}|_KEY)[\w.]*)=(.+)$", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^/@:\s]*):(?P<pw>[^/@\s]*)@")
 # Inside a longer argument: ``?token=abc&``, ``password=pw`` in a conninfo, ``"api_key": "k"``, ``Bearer k``.
-_INLINE = re.compile(rf"(?P<key>[\w.-]*{_SECRET_WORDS}[\w.-]*[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"'&;,]+)",
-                     re.IGNORECASE)
+_INLINE = re.compile(
+    rf"(?P<key>[\w.-]*{_SECRET_WORDS}[\w.-]*[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"'&;,]+)", re.IGNORECASE
+)
 _BEARER = re.compile(r"(?P<key>\b(?:bearer|basic)\s+)(?P<value>[\w.~+/=-]+)", re.IGNORECASE)
 
 

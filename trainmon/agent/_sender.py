@@ -36,8 +36,9 @@ class Counts:
 
     __slots__ = ("groups", "last", "opt", "step", "wait")
 
-    def __init__(self, step: int = 0, opt: int = 0, groups: int = 0, last: int = 0,
-                 wait: dict[int, int] | None = None) -> None:
+    def __init__(
+        self, step: int = 0, opt: int = 0, groups: int = 0, last: int = 0, wait: dict[int, int] | None = None
+    ) -> None:
         self.step = step
         self.opt = opt
         self.groups = groups
@@ -59,8 +60,13 @@ class Counts:
             self.wait[lid] = self.wait.get(lid, 0) + n
 
     def as_json(self) -> dict:
-        return {"step": self.step, "opt": self.opt, "groups": self.groups, "last": self.last,
-                "wait": {str(k): v for k, v in self.wait.items()}}
+        return {
+            "step": self.step,
+            "opt": self.opt,
+            "groups": self.groups,
+            "last": self.last,
+            "wait": {str(k): v for k, v in self.wait.items()},
+        }
 
 
 def _control_key(msg: dict) -> tuple:
@@ -74,8 +80,9 @@ def _control_key(msg: dict) -> tuple:
 class Sender:
     """Owns the connection. Only this thread (or the exit flush, after it stopped) touches it."""
 
-    def __init__(self, address: str, hello: dict, token: str | None = None,
-                 hello_extra: Callable[[], dict] | None = None) -> None:
+    def __init__(
+        self, address: str, hello: dict, token: str | None = None, hello_extra: Callable[[], dict] | None = None
+    ) -> None:
         self.address = address
         self.hello = hello
         self.hello_extra = hello_extra
@@ -197,8 +204,13 @@ class Sender:
             return
         self._backoff = BACKOFF_MIN_S
         self.connections += 1
-        hello = dict(self.hello, connection=self.connections, sent_records=self.sent_records,
-                     dropped_records=self.dropped_records, counts=self._handed.as_json())
+        hello = dict(
+            self.hello,
+            connection=self.connections,
+            sent_records=self.sent_records,
+            dropped_records=self.dropped_records,
+            counts=self._handed.as_json(),
+        )
         if self.hello_extra is not None:
             try:
                 hello.update(self.hello_extra())

@@ -23,42 +23,108 @@ class Scenario:
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("healthy", "ok.compute_bound",
-             "two workers keep well ahead of a compute-heavy model: nothing starves",
-             ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent", *SECONDS)),
-    Scenario("main-process", "input.main_process",
-             "num_workers=0 and 1.5 ms of decoding per sample: the loop loads every batch itself",
-             ("--workers", "0", "--cpu-ms", "1.5", *SECONDS)),
-    Scenario("few-workers", "input.too_few_workers",
-             "one worker decodes 1 ms per sample, busy all the time, while a core sits idle",
-             ("--workers", "1", "--cpu-ms", "1.0", "--persistent", *SECONDS)),
-    Scenario("cpu-saturated", "input.workers_cpu",
-             "four workers with heavy augmentation (3 ms per sample) on a host whose cores are all busy",
-             ("--workers", "4", "--cpu-ms", "3.0", "--width", "768", "--persistent", *SECONDS)),
-    Scenario("slow-storage", "input.io",
-             "every sample costs 48 uncached 4 KiB random reads (O_DIRECT) from a real file",
-             ("--workers", "2", "--io-reads", "48", "--io-mb", "256", "--persistent", *SECONDS)),
-    Scenario("remote-storage", "input.io",
-             "samples come from a slow loopback object store: 3 ms latency and 256 KiB per sample",
-             ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *SECONDS)),
-    Scenario("checkpoint", "stall.checkpoint",
-             "a 96 MB checkpoint written and fsynced every 10 steps",
-             ("--workers", "2", "--persistent", "--width", "1024", "--checkpoint-every", "10",
-              "--checkpoint-mb", "96", *SECONDS)),
-    Scenario("periodic-eval", "stall.periodic",
-             "an evaluation pass over 20 batches every 20 steps stalls training",
-             ("--workers", "2", "--persistent", "--width", "2048", "--eval-every", "20", "--eval-batches", "20",
-              *SECONDS)),
-    Scenario("straggler", "dist.straggler",
-             "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
-             ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *SECONDS), ranks=2),
-    Scenario("switch", "input.main_process",
-             "data loads in the main process for 18 s, then two workers take over: the cause changes halfway",
-             ("--workers", "0", "--cpu-ms", "1.5", "--width", "4096", "--switch-at", "0.6", "--seconds", "30",
-              "--steps", "1000000"),
-             timeline=("input.main_process", "ok.compute_bound")),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "healthy",
+            "ok.compute_bound",
+            "two workers keep well ahead of a compute-heavy model: nothing starves",
+            ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "main-process",
+            "input.main_process",
+            "num_workers=0 and 1.5 ms of decoding per sample: the loop loads every batch itself",
+            ("--workers", "0", "--cpu-ms", "1.5", *SECONDS),
+        ),
+        Scenario(
+            "few-workers",
+            "input.too_few_workers",
+            "one worker decodes 1 ms per sample, busy all the time, while a core sits idle",
+            ("--workers", "1", "--cpu-ms", "1.0", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "cpu-saturated",
+            "input.workers_cpu",
+            "four workers with heavy augmentation (3 ms per sample) on a host whose cores are all busy",
+            ("--workers", "4", "--cpu-ms", "3.0", "--width", "768", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "slow-storage",
+            "input.io",
+            "every sample costs 48 uncached 4 KiB random reads (O_DIRECT) from a real file",
+            ("--workers", "2", "--io-reads", "48", "--io-mb", "256", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "remote-storage",
+            "input.io",
+            "samples come from a slow loopback object store: 3 ms latency and 256 KiB per sample",
+            ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "checkpoint",
+            "stall.checkpoint",
+            "a 96 MB checkpoint written and fsynced every 10 steps",
+            (
+                "--workers",
+                "2",
+                "--persistent",
+                "--width",
+                "1024",
+                "--checkpoint-every",
+                "10",
+                "--checkpoint-mb",
+                "96",
+                *SECONDS,
+            ),
+        ),
+        Scenario(
+            "periodic-eval",
+            "stall.periodic",
+            "an evaluation pass over 20 batches every 20 steps stalls training",
+            (
+                "--workers",
+                "2",
+                "--persistent",
+                "--width",
+                "2048",
+                "--eval-every",
+                "20",
+                "--eval-batches",
+                "20",
+                *SECONDS,
+            ),
+        ),
+        Scenario(
+            "straggler",
+            "dist.straggler",
+            "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
+            ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *SECONDS),
+            ranks=2,
+        ),
+        Scenario(
+            "switch",
+            "input.main_process",
+            "data loads in the main process for 18 s, then two workers take over: the cause changes halfway",
+            (
+                "--workers",
+                "0",
+                "--cpu-ms",
+                "1.5",
+                "--width",
+                "4096",
+                "--switch-at",
+                "0.6",
+                "--seconds",
+                "30",
+                "--steps",
+                "1000000",
+            ),
+            timeline=("input.main_process", "ok.compute_bound"),
+        ),
+    )
+}
 DEFAULT = "switch"
 
 
@@ -74,8 +140,20 @@ def command(scenario: Scenario, extra: list[str] | None = None) -> list[str]:
     if _cuda_visible():
         args += ["--device", "cuda"]
     if scenario.ranks > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(scenario.ranks),
-                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "trainmon.demo.train", *args]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(scenario.ranks),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "trainmon.demo.train",
+            *args,
+        ]
     return [sys.executable, "-m", "trainmon.demo.train", *args]
 
 

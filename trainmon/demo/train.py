@@ -142,8 +142,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-mb", type=float, default=64.0)
     p.add_argument("--eval-every", type=int, default=0, help="run an evaluation pass every N steps")
     p.add_argument("--eval-batches", type=int, default=20)
-    p.add_argument("--switch-at", type=float, default=0.0,
-                   help="after this share of the run, switch to --workers 2 with no per-sample cost")
+    p.add_argument(
+        "--switch-at",
+        type=float,
+        default=0.0,
+        help="after this share of the run, switch to --workers 2 with no per-sample cost",
+    )
     p.add_argument("--slow-rank", type=int, default=None, help="(distributed) this rank's data is slower")
     p.add_argument("--slow-sleep-ms", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
@@ -189,13 +193,24 @@ def main(argv: list[str] | None = None) -> int:
             a.io_reads, a.io_file, a.remote = 0, None, None
         size = min(args.steps * args.batch_size + args.batch_size, 50_000)  # epochs repeat in --seconds mode
         dataset = build_dataset(a, size, rank)
-        return DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
-                          persistent_workers=args.persistent and workers > 0, pin_memory=args.pin_memory,
-                          multiprocessing_context=args.mp_context if workers > 0 else None)
+        return DataLoader(
+            dataset,
+            batch_size=args.batch_size,
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=args.persistent and workers > 0,
+            pin_memory=args.pin_memory,
+            multiprocessing_context=args.mp_context if workers > 0 else None,
+        )
 
     device = torch.device(args.device)
-    model = nn.Sequential(nn.Linear(args.features, args.width), nn.ReLU(), nn.Linear(args.width, args.width),
-                          nn.ReLU(), nn.Linear(args.width, 10)).to(device)
+    model = nn.Sequential(
+        nn.Linear(args.features, args.width),
+        nn.ReLU(),
+        nn.Linear(args.width, args.width),
+        nn.ReLU(),
+        nn.Linear(args.width, 10),
+    ).to(device)
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -227,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         it = iter(loader)
         while more():
             if (switch_step is not None and step == switch_step) or (
-                    switch_time is not None and time.monotonic() >= switch_time):
+                switch_time is not None and time.monotonic() >= switch_time
+            ):
                 switch_step = switch_time = None
                 loader = loader_for(2, plain=True)
                 break

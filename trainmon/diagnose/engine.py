@@ -12,8 +12,13 @@ from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import RunWindow, host_window, run_window
 from trainmon.store.store import Store
 
-NO_AGENT = Finding("insufficient_data", "ok", "no training process has reported steps yet",
-                   ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"], {})
+NO_AGENT = Finding(
+    "insufficient_data",
+    "ok",
+    "no training process has reported steps yet",
+    ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
+    {},
+)
 
 
 def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Finding]:
@@ -45,9 +50,15 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
             ev = gather(store, run, w.t0, span_end)
             inp = rules.input_bound(w, run_host, ev, th)
             input_by_run[id(w)] = inp
-            for f in (inp, rules.periodic_stall(w, th), rules.host_to_device(w, ev, th), rules.host_overhead(w, ev, th),
-                      rules.gpu_memory(w, ev, th),
-                      rules.gpu_throttled(w, ev, th), rules.compute_bound(w, ev, th)):
+            for f in (
+                inp,
+                rules.periodic_stall(w, th),
+                rules.host_to_device(w, ev, th),
+                rules.host_overhead(w, ev, th),
+                rules.gpu_memory(w, ev, th),
+                rules.gpu_throttled(w, ev, th),
+                rules.compute_bound(w, ev, th),
+            ):
                 if f is not None:
                     findings.append(f)
         for windows in jobs.values():
@@ -60,7 +71,8 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
         if any(f.code != "ok.compute_bound" for f in findings):
             # One run being healthy does not make the machine healthy.
             findings = [f for f in findings if f.code != "ok.compute_bound"] + [
-                f for f in findings if f.code == "ok.compute_bound"]
+                f for f in findings if f.code == "ok.compute_bound"
+            ]
     if not findings:
         findings.append(NO_AGENT)
     return sorted(findings, key=lambda f: f.rank)

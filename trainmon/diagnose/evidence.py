@@ -66,8 +66,9 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
         main = m(f"state_main_{letter}")
         return main if main == main else m(f"state_{letter}")
 
-    return ProcEvidence(pid, m("cpu_pct"), state("R"), state("S"), state("D"), m("read_mb_s"),
-                        m("rchar_mb_s"), m("runq_wait_ms_s"))
+    return ProcEvidence(
+        pid, m("cpu_pct"), state("R"), state("S"), state("D"), m("read_mb_s"), m("rchar_mb_s"), m("runq_wait_ms_s")
+    )
 
 
 LIMITING_THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -104,11 +105,18 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
         utils = [mean(store.values_between(f"gpu.{g}.util", t0, t1)) for g in used]
         ev.gpu_util = mean(utils)
         ev.gpu_util_min = mean(mean(store.values_between(f"gpu.{g}.util_min", t0, t1)) for g in used)
-        mem = [mean(store.values_between(f"gpu.{g}.mem_used_mb", t0, t1)) / (store.latest(f"gpu.{g}.mem_total_mb")
-               or NAN) * 100 for g in used]
+        mem = [
+            mean(store.values_between(f"gpu.{g}.mem_used_mb", t0, t1))
+            / (store.latest(f"gpu.{g}.mem_total_mb") or NAN)
+            * 100
+            for g in used
+        ]
         ev.gpu_mem_pct = max((x for x in mem if x == x), default=NAN)
-        ev.gpu_pcie_rx_mb_s = sum(x for g in used if (x := mean(store.values_between(f"gpu.{g}.pcie_rx_mb_s", t0, t1)))
-                                  == x) if used else NAN
+        ev.gpu_pcie_rx_mb_s = (
+            sum(x for g in used if (x := mean(store.values_between(f"gpu.{g}.pcie_rx_mb_s", t0, t1))) == x)
+            if used
+            else NAN
+        )
         masks = [v for g in used for v in store.values_between(f"gpu.{g}.throttle", t0, t1) if v == v]
         if masks:
             limited = [int(v) & LIMITING_THROTTLE for v in masks]

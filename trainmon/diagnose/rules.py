@@ -78,7 +78,8 @@ def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
     if w.steps >= th.min_steps:
         return None
     return Finding(
-        "insufficient_data", "ok",
+        "insufficient_data",
+        "ok",
         f"{w.steps} steady-state steps so far ({w.warm_steps} warm-up); need {th.min_steps} to judge",
         ["keep training; trainmon judges once warm-up is over"],
         {"run": label(w), "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
@@ -97,80 +98,124 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
         return None  # the GPU stayed busy through the waits: nothing is starved
     severity = "critical" if f >= th.wait_critical else "warning"
     evidence = base_evidence(w) | {
-        "host_cpu_busy_pct": _r(host.cpu_busy), "host_iowait_pct": _r(host.cpu_iowait), "cores": host.cores,
-        "workers_cpu_pct_mean": _r(ev.workers_mean("cpu_pct")), "workers_state_D": _r(ev.workers_mean("state_d"), 3),
-        "workers_runq_ms_s": _r(ev.workers_mean("runq_ms_s")), "workers_read_mb_s": _r(ev.workers_sum("read_mb_s"), 2),
-        "workers_rchar_mb_s": _r(ev.workers_sum("rchar_mb_s"), 2), "disk_busiest": ev.disk_busiest,
-        "disk_util_pct": _r(ev.disk_util_max), "disk_r_await_ms": _r(ev.disk_await_max, 2),
-        "main_cpu_pct": _r(ev.main.cpu_pct), "exposed_fraction": _r(exposed, 4),
+        "host_cpu_busy_pct": _r(host.cpu_busy),
+        "host_iowait_pct": _r(host.cpu_iowait),
+        "cores": host.cores,
+        "workers_cpu_pct_mean": _r(ev.workers_mean("cpu_pct")),
+        "workers_state_D": _r(ev.workers_mean("state_d"), 3),
+        "workers_runq_ms_s": _r(ev.workers_mean("runq_ms_s")),
+        "workers_read_mb_s": _r(ev.workers_sum("read_mb_s"), 2),
+        "workers_rchar_mb_s": _r(ev.workers_sum("rchar_mb_s"), 2),
+        "disk_busiest": ev.disk_busiest,
+        "disk_util_pct": _r(ev.disk_util_max),
+        "disk_r_await_ms": _r(ev.disk_await_max, 2),
+        "main_cpu_pct": _r(ev.main.cpu_pct),
+        "exposed_fraction": _r(exposed, 4),
     }
     pct = f"{f:.0%}"
     workers = w.loader.get("num_workers")
     if workers == 0:
         suggested = max(2, min(8, host.cores - 1))
         return Finding(
-            "input.main_process", severity,
+            "input.main_process",
+            severity,
             f"{pct} of each step waits on data loaded in the main process (num_workers=0); "
             f"step p50 {w.step_p50_s * 1e3:.0f} ms",
-            [f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
-             "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs"],
+            [
+                f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
+                "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
+            ],
             evidence,
         )
     return _io_finding(w, host, ev, th, severity, evidence, pct) or _cpu_finding(
-        w, host, ev, th, severity, evidence, pct, workers)
+        w, host, ev, th, severity, evidence, pct, workers
+    )
 
 
-def _io_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict,
-                pct: str) -> Finding | None:
+def _io_finding(
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict, pct: str
+) -> Finding | None:
     d_state = ev.workers_mean("state_d")
     read = ev.workers_sum("read_mb_s")
     rchar = ev.workers_sum("rchar_mb_s")
     cpu = ev.workers_mean("cpu_pct")
     # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
-    block_reads = (not _nan(read) and read >= th.disk_read_mb_s and (_nan(rchar) or read >= 0.5 * rchar)
-                   and not _nan(cpu) and cpu < th.worker_busy_pct)
-    disk_bound = block_reads or (not _nan(d_state) and d_state >= th.io_d_state) or (
-        not _nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not _nan(read) and read > 0.5) or (
-        not _nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+    block_reads = (
+        not _nan(read)
+        and read >= th.disk_read_mb_s
+        and (_nan(rchar) or read >= 0.5 * rchar)
+        and not _nan(cpu)
+        and cpu < th.worker_busy_pct
+    )
+    disk_bound = (
+        block_reads
+        or (not _nan(d_state) and d_state >= th.io_d_state)
+        or (not _nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not _nan(read) and read > 0.5)
+        or (not _nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+    )
     if disk_bound:
-        disk = (f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
-                if ev.disk_busiest and not _nan(ev.disk_util_max) else "disk busy")
+        disk = (
+            f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
+            if ev.disk_busiest and not _nan(ev.disk_util_max)
+            else "disk busy"
+        )
         blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not _nan(d_state) else "high iowait"
         evidence["sub_cause"] = "disk"
         return Finding(
-            "input.io", severity,
+            "input.io",
+            severity,
             f"{pct} of each step waits on data; the workers wait on storage: {blocked}, {disk}",
-            ["pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) and read them in order",
-             "copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples",
-             "raise num_workers and prefetch_factor to keep more reads in flight"],
+            [
+                "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
+                "and read them in order",
+                "copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples",
+                "raise num_workers and prefetch_factor to keep more reads in flight",
+            ],
             evidence,
         )
-    remote = (not _nan(rchar) and rchar >= th.remote_rchar_mb_s and (_nan(read) or read < 0.25 * rchar)
-              and (_nan(cpu) or cpu < th.worker_busy_pct))
+    remote = (
+        not _nan(rchar)
+        and rchar >= th.remote_rchar_mb_s
+        and (_nan(read) or read < 0.25 * rchar)
+        and (_nan(cpu) or cpu < th.worker_busy_pct)
+    )
     if remote:
         evidence["sub_cause"] = "remote"
         return Finding(
-            "input.io", severity,
+            "input.io",
+            severity,
             f"{pct} of each step waits on data; the workers read {rchar:.1f} MB/s through the network or a remote "
             f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not _nan(cpu) else 0:.0%} "
             "of the time: remote reads are the bottleneck",
-            ["stage the dataset on local disk before training, or cache it after the first epoch",
-             "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
-             "read fewer, larger objects (sharded formats) to amortise per-request latency"],
+            [
+                "stage the dataset on local disk before training, or cache it after the first epoch",
+                "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
+                "read fewer, larger objects (sharded formats) to amortise per-request latency",
+            ],
             evidence,
         )
     return None
 
 
-def _cpu_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict,
-                 pct: str, workers: int | None) -> Finding:
+def _cpu_finding(
+    w: RunWindow,
+    host: HostWindow,
+    ev: Evidence,
+    th: Thresholds,
+    severity: str,
+    evidence: dict,
+    pct: str,
+    workers: int | None,
+) -> Finding:
     n = workers or 1
     cpu = ev.workers_mean("cpu_pct")
     runq = ev.workers_mean("runq_ms_s")
     cpu_bound = (not _nan(cpu) and cpu >= th.worker_busy_pct) or (
-        not _nan(runq) and runq >= th.runq_starved_ms_s and not _nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct)
+        not _nan(runq) and runq >= th.runq_starved_ms_s and not _nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
+    )
     saturated = (not _nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
-        not _nan(runq) and runq >= th.runq_starved_ms_s * 2)
+        not _nan(runq) and runq >= th.runq_starved_ms_s * 2
+    )
     if _nan(cpu):  # no per-process figures: judge by the host alone
         cpu_bound = True
     idle_cores = host.cores * (1 - host.cpu_busy / 100) if not _nan(host.cpu_busy) else math.nan
@@ -178,14 +223,18 @@ def _cpu_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, s
         evidence["sub_cause"] = "cpu"
         starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not _nan(runq) and runq > 50 else ""
         return Finding(
-            "input.workers_cpu", severity,
+            "input.workers_cpu",
+            severity,
             f"{pct} of each step waits on data; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
-            f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound" if not _nan(cpu) else
-            f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
+            f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound"
+            if not _nan(cpu)
+            else f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
             "CPU-bound",
-            ["make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
-             "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
-             "more workers will not help: the cores are already full"],
+            [
+                "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+                "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+                "more workers will not help: the cores are already full",
+            ],
             evidence,
         )
     needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
@@ -195,18 +244,27 @@ def _cpu_finding(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, s
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
     evidence["suggested_num_workers"] = needed
     if cpu_bound:
-        summary = (f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
-                   f"{idle_cores:.1f} of {host.cores} cores are idle" if not _nan(cpu) else
-                   f"{pct} of each step waits on data with {n} workers and idle cores")
+        summary = (
+            f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
+            f"{idle_cores:.1f} of {host.cores} cores are idle"
+            if not _nan(cpu)
+            else f"{pct} of each step waits on data with {n} workers and idle cores"
+        )
         why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not _nan(idle_cores) else ""
     else:
-        summary = (f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
-                   "something slow per sample (latency), so more of them in parallel would hide it")
+        summary = (
+            f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
+            "something slow per sample (latency), so more of them in parallel would hide it"
+        )
         why = "each worker spends most of its time waiting, not computing"
     return Finding(
-        "input.too_few_workers", severity, summary,
-        [f"raise num_workers from {n} to {needed}" + (f": {why}" if why else ""),
-         "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs"],
+        "input.too_few_workers",
+        severity,
+        summary,
+        [
+            f"raise num_workers from {n} to {needed}" + (f": {why}" if why else ""),
+            "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
+        ],
         evidence,
     )
 
@@ -220,14 +278,20 @@ def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     share = w.checkpoint_s / w.span_s
     if share < th.checkpoint_share:
         return None
-    ev = base_evidence(w) | {"checkpoint_s": round(w.checkpoint_s, 3), "checkpoints": w.checkpoints,
-                             "checkpoint_share": round(share, 4)}
+    ev = base_evidence(w) | {
+        "checkpoint_s": round(w.checkpoint_s, 3),
+        "checkpoints": w.checkpoints,
+        "checkpoint_share": round(share, 4),
+    }
     per = w.checkpoint_s / w.checkpoints
     return Finding(
-        "stall.checkpoint", "critical" if share >= th.checkpoint_critical_share else "warning",
+        "stall.checkpoint",
+        "critical" if share >= th.checkpoint_critical_share else "warning",
         f"checkpoint saves took {share:.0%} of the last {w.span_s:.0f} s ({w.checkpoints} saves, {per:.2f} s each)",
-        ["save less often, or asynchronously (torch.distributed.checkpoint.async_save, a background thread)",
-         "write checkpoints to fast local storage and copy them off in the background"],
+        [
+            "save less often, or asynchronously (torch.distributed.checkpoint.async_save, a background thread)",
+            "write checkpoints to fast local storage and copy them off in the background",
+        ],
         ev,
     )
 
@@ -241,8 +305,9 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
         return None
     # Long steps spent mostly waiting on data are an input problem; those overlapping a save are a
     # checkpoint problem: neither is a periodic stall.
-    long_steps = [(s, e) for s, e, wait in w.long_steps(limit)
-                  if wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)]
+    long_steps = [
+        (s, e) for s, e, wait in w.long_steps(limit) if wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)
+    ]
     if len(long_steps) < 2:
         return None
     long_time = sum(e - s for s, e in long_steps)
@@ -259,16 +324,23 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
         if spread > th.periodic_irregularity:
             return None  # irregular hiccups (contention, noise), not a recurring stall
     what = f" during {', '.join(names)}" if names else (" (an eval loader ran)" if eval_ran else "")
-    ev = base_evidence(w) | {"long_steps": len(long_steps), "long_step_share": round(share, 4),
-                             "period_s": _r(period, 2), "long_step_ms_p50": _r(
-                                 quantile([e - s for s, e in long_steps], 0.5) * 1e3), "phases": names}
+    ev = base_evidence(w) | {
+        "long_steps": len(long_steps),
+        "long_step_share": round(share, 4),
+        "period_s": _r(period, 2),
+        "long_step_ms_p50": _r(quantile([e - s for s, e in long_steps], 0.5) * 1e3),
+        "phases": names,
+    }
     return Finding(
-        "stall.periodic", "critical" if share >= 0.4 else "warning",
+        "stall.periodic",
+        "critical" if share >= 0.4 else "warning",
         f"{len(long_steps)} long steps{what} every {period:.1f} s take {share:.0%} of the time "
         f"(+{extra:.1f} s over the {w.step_p50_s * 1e3:.0f} ms median)",
-        ["run evaluation, logging and metric syncs less often, or asynchronously",
-         "avoid per-step .item()/.cpu() syncs in logging; aggregate on device and log every N steps",
-         "if it is Python GC: gc.freeze() after setup, or raise gc thresholds"],
+        [
+            "run evaluation, logging and metric syncs less often, or asynchronously",
+            "avoid per-step .item()/.cpu() syncs in logging; aggregate on device and log every N steps",
+            "if it is Python GC: gc.freeze() after setup, or raise gc thresholds",
+        ],
         ev,
     )
 
@@ -285,12 +357,15 @@ def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     if ev.gpu_util >= th.host_overhead_gpu_util or ev.main.cpu_pct < th.host_overhead_main_cpu:
         return None
     return Finding(
-        "host.overhead", "critical" if ev.gpu_util < 40 else "warning",
+        "host.overhead",
+        "critical" if ev.gpu_util < 40 else "warning",
         f"the GPU is only {ev.gpu_util:.0f}% busy while the main thread runs {ev.main.cpu_pct:.0f}% of a core outside "
         f"data waits ({f:.0%} wait): the loop is host-bound (kernel launches, syncs, Python work)",
-        ["capture the step with CUDA Graphs or torch.compile(mode='reduce-overhead')",
-         "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
-         "press d on the main process to see where its time goes"],
+        [
+            "capture the step with CUDA Graphs or torch.compile(mode='reduce-overhead')",
+            "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
+            "press d on the main process to see where its time goes",
+        ],
         base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "main_cpu_pct": _r(ev.main.cpu_pct)},
     )
 
@@ -303,13 +378,21 @@ def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None
         return None
     main_busy = not _nan(ev.main.cpu_pct) and ev.main.cpu_pct >= th.host_overhead_main_cpu
     return Finding(
-        "input.host_to_device", "critical" if ev.gpu_util < 40 else "warning",
+        "input.host_to_device",
+        "critical" if ev.gpu_util < 40 else "warning",
         f"the GPU is {ev.gpu_util:.0f}% busy while {ev.gpu_pcie_rx_mb_s:.0f} MB/s cross PCIe from pageable memory "
         "(pin_memory=False): host→device copies are not overlapped with compute",
-        ["set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
-         "move less per step: uint8 images normalised on the GPU, not float32 from the host"],
-        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "pcie_rx_mb_s": _r(ev.gpu_pcie_rx_mb_s),
-                            "pin_memory": False, "main_cpu_busy": main_busy},
+        [
+            "set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
+            "move less per step: uint8 images normalised on the GPU, not float32 from the host",
+        ],
+        base_evidence(w)
+        | {
+            "gpu_util_pct": _r(ev.gpu_util),
+            "pcie_rx_mb_s": _r(ev.gpu_pcie_rx_mb_s),
+            "pin_memory": False,
+            "main_cpu_busy": main_busy,
+        },
     )
 
 
@@ -317,16 +400,24 @@ def gpu_memory(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     if _nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
         return None
     return Finding(
-        "memory.gpu_pressure", "warning",
+        "memory.gpu_pressure",
+        "warning",
         f"GPU memory {ev.gpu_mem_pct:.0f}% used: the next larger batch or a fragmentation spike will OOM",
-        ["use activation checkpointing or AMP (bf16) to cut activation memory",
-         "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation"],
+        [
+            "use activation checkpointing or AMP (bf16) to cut activation memory",
+            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+        ],
         {"run": label(w), "gpu_mem_pct": _r(ev.gpu_mem_pct), "gpus": ev.gpus},
     )
 
 
-THROTTLE_NAMES = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
-                  0x80: "power brake"}
+THROTTLE_NAMES = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal",
+    0x40: "hardware thermal",
+    0x80: "power brake",
+}
 
 
 def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
@@ -334,10 +425,13 @@ def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
         return None
     reasons = [name for bit, name in THROTTLE_NAMES.items() if ev.gpu_throttle_bits & bit]
     return Finding(
-        "gpu.throttled", "warning",
+        "gpu.throttled",
+        "warning",
         f"GPU clocks held down {ev.gpu_throttle_share:.0%} of the time ({', '.join(reasons)})",
-        ["check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
-         "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum"],
+        [
+            "check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
+            "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum",
+        ],
         {"run": label(w), "throttle_share": _r(ev.gpu_throttle_share, 3), "reasons": reasons, "gpus": ev.gpus},
     )
 
@@ -346,10 +440,13 @@ def host_memory(host: HostWindow, th: Thresholds) -> Finding | None:
     mem, swap = host.mem_used_pct_max, host.swap_growth_mb
     if (not _nan(mem) and mem >= th.host_mem_pct) or (not _nan(swap) and swap >= th.swap_growth_mb):
         return Finding(
-            "memory.host_pressure", "critical" if not _nan(swap) and swap >= th.swap_growth_mb else "warning",
+            "memory.host_pressure",
+            "critical" if not _nan(swap) and swap >= th.swap_growth_mb else "warning",
             f"host memory {mem:.0f}% used, swap grew {0 if _nan(swap) else swap:.0f} MB in the window",
-            ["reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
-             "keep datasets as memory-mapped arrays or tensors instead of lists of Python objects"],
+            [
+                "reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
+                "keep datasets as memory-mapped arrays or tensors instead of lists of Python objects",
+            ],
             {"mem_used_pct_max": _r(mem), "swap_growth_mb": _r(swap)},
         )
     return None
@@ -363,7 +460,8 @@ def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     rate = f", {sps:.0f} samples/s" if not _nan(sps) else ""
     gpu = f", GPU {ev.gpu_util:.0f}% busy" if not _nan(ev.gpu_util) else ""
     return Finding(
-        "ok.compute_bound", "ok",
+        "ok.compute_bound",
+        "ok",
         f"data wait is {f:.1%} of the step; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
         ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
         base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util)},
@@ -399,8 +497,10 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
     who = label(slow)
     peers = ", ".join(label(w) for w in others)
     if kind == "data":
-        summary = (f"{who} is the straggler: it waits {slow.wait_fraction:.0%} of each step on data while "
-                   f"{peers} wait {quantile([w.wait_fraction for w in others], 0.5):.0%} and idle in collectives")
+        summary = (
+            f"{who} is the straggler: it waits {slow.wait_fraction:.0%} of each step on data while "
+            f"{peers} wait {quantile([w.wait_fraction for w in others], 0.5):.0%} and idle in collectives"
+        )
         if sub_code:
             summary += f" ({sub_code})"
     else:
@@ -411,8 +511,22 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
     else:
         advice.append(f"compare {who}'s host (CPU, disk, GPU clocks) with the others'; rebalance its data shard")
     return Finding(
-        "dist.straggler", "critical" if gap >= 0.2 else "warning", summary, advice,
-        {"rank": slow.run.rank, "run": who, "kind": kind, "gap": round(gap, 4), "sub_cause": sub_code,
-         "ranks": {label(w): {"data_wait_fraction": round(w.wait_fraction, 4),
-                              "step_time_ms_p50": round(w.step_p50_s * 1e3, 2)} for w in ranked}},
+        "dist.straggler",
+        "critical" if gap >= 0.2 else "warning",
+        summary,
+        advice,
+        {
+            "rank": slow.run.rank,
+            "run": who,
+            "kind": kind,
+            "gap": round(gap, 4),
+            "sub_cause": sub_code,
+            "ranks": {
+                label(w): {
+                    "data_wait_fraction": round(w.wait_fraction, 4),
+                    "step_time_ms_p50": round(w.step_p50_s * 1e3, 2),
+                }
+                for w in ranked
+            },
+        },
     )

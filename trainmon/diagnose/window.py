@@ -69,7 +69,7 @@ class RunWindow:
         cols = (steps.start, steps.end, steps.dur, steps.wait)
         if mask is None:
             return tuple(c[i:j] for c in cols)  # type: ignore[return-value]
-        segments = _segments(mask[len(mask) - (j - i):] if j > i else b"")
+        segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
         return tuple(_pick(c, i, segments) for c in cols)  # type: ignore[return-value]
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
@@ -87,8 +87,11 @@ class RunWindow:
             return []
         steps = self._rows[0]
         offset = steps.total - len(steps)
-        return [(steps.start[g - offset], steps.end[g - offset], steps.wait[g - offset])
-                for g, _ in self._long_rows(limit) if g >= offset]
+        return [
+            (steps.start[g - offset], steps.end[g - offset], steps.wait[g - offset])
+            for g, _ in self._long_rows(limit)
+            if g >= offset
+        ]
 
     def _long_rows(self, limit: float) -> list[tuple[int, float]]:
         if not self.steps or self._rows is None:
@@ -119,8 +122,12 @@ class RunWindow:
         return {name for p0, p1, name in self.run.phases for s, e in spans if p0 < e and p1 > s}
 
     def eval_in(self, spans: list[tuple[float, float]]) -> bool:
-        return any(s <= t <= e for t, lid in self.run.iter_starts for s, e in spans
-                   if self.run.train_loader() is None or lid != self.run.train_loader().id)
+        return any(
+            s <= t <= e
+            for t, lid in self.run.iter_starts
+            for s, e in spans
+            if self.run.train_loader() is None or lid != self.run.train_loader().id
+        )
 
     @property
     def wait_fraction(self) -> float:
@@ -215,7 +222,7 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
     stride = _stride(m)
     sample = array("d")
     for a, b in segments:  # strided straight off the table: a long window is never copied whole
-        sample += steps.dur[i + a:i + b:stride]
+        sample += steps.dur[i + a : i + b : stride]
     ordered = w.sorted_durations = sorted(sample)
     w.step_p50_s = _sorted_quantile(ordered, 0.5)
     w.step_p95_s = _sorted_quantile(ordered, 0.95)
@@ -224,8 +231,46 @@ def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
 _NAN8 = array("d", [math.nan]).tobytes()
 _FLIP = bytes([1, 0]) + bytes(254)  # warm flag -> steady flag
 # Sampling strides are primes, so a loop that is slow every 10th, 50th or 100th step is sampled at every phase.
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101,
-           127, 151, 199, 251, 307, 401, 503, 601, 701, 809, 907, 1009)
+_PRIMES = (
+    2,
+    3,
+    5,
+    7,
+    11,
+    13,
+    17,
+    19,
+    23,
+    29,
+    31,
+    37,
+    41,
+    43,
+    47,
+    53,
+    59,
+    61,
+    67,
+    71,
+    73,
+    79,
+    83,
+    89,
+    97,
+    101,
+    127,
+    151,
+    199,
+    251,
+    307,
+    401,
+    503,
+    601,
+    701,
+    809,
+    907,
+    1009,
+)
 
 
 def _stride(m: int) -> int:
@@ -248,14 +293,15 @@ def long_candidates(steps: Steps, limit: float) -> list[tuple[int, float]]:
     else:
         threshold, scanned, rows = cache
         if rows and rows[0][0] < offset:  # trimmed off the table
-            rows = rows[bisect_left(rows, (offset, -math.inf)):]
+            rows = rows[bisect_left(rows, (offset, -math.inf)) :]
     scanned = max(scanned, offset)
     if scanned < steps.total:
-        new = steps.dur[scanned - offset:]
+        new = steps.dur[scanned - offset :]
         over = bytes(map(threshold.__lt__, new))
         if over.count(1):
-            rows.extend(zip(itertools.compress(range(scanned, steps.total), over), itertools.compress(new, over),
-                            strict=True))
+            rows.extend(
+                zip(itertools.compress(range(scanned, steps.total), over), itertools.compress(new, over), strict=True)
+            )
     steps.scan = (threshold, steps.total, rows)
     return rows
 
@@ -279,10 +325,10 @@ def _segments(mask: bytes) -> list[tuple[int, int]]:
 def _pick(col: array, base: int, segments: list[tuple[int, int]]) -> array:
     if len(segments) == 1:
         a, b = segments[0]
-        return col[base + a:base + b]
+        return col[base + a : base + b]
     out = array(col.typecode)
     for a, b in segments:
-        out += col[base + a:base + b]
+        out += col[base + a : base + b]
     return out
 
 

@@ -103,7 +103,8 @@ class MonitorCollector:
                 continue
             name, doc, scale = DISK_METRICS[m.group(2)]
             fam = families.get(name) or families.setdefault(
-                name, GaugeMetricFamily(name, doc, labels=["host", "device"]))
+                name, GaugeMetricFamily(name, doc, labels=["host", "device"])
+            )
             fam.add_metric([self.host, m.group(1)], value * scale)
         yield from families.values()
 
@@ -113,13 +114,15 @@ class MonitorCollector:
             return
         labels = ["host", "rank", "pid", "name"]
         step = GaugeMetricFamily("trainmon_step_time_seconds", "median step time over the window", labels=labels)
-        wait = GaugeMetricFamily("trainmon_data_wait_ratio", "share of step time waiting on the DataLoader",
-                                 labels=labels)
+        wait = GaugeMetricFamily(
+            "trainmon_data_wait_ratio", "share of step time waiting on the DataLoader", labels=labels
+        )
         sps = GaugeMetricFamily("trainmon_samples_per_second", "training throughput", labels=labels)
         rate = GaugeMetricFamily("trainmon_steps_per_second", "steps per second (last 5 s)", labels=labels)
         steps = CounterMetricFamily("trainmon_steps", "training steps completed", labels=labels)
-        drops = CounterMetricFamily("trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)",
-                                    labels=labels)
+        drops = CounterMetricFamily(
+            "trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", labels=labels
+        )
         up = GaugeMetricFamily("trainmon_run_connected", "1 while the run's agent is connected", labels=labels)
         for r in snap.runs:
             lv = [self.host, "" if r.rank is None else str(r.rank), str(r.pid), r.name]

@@ -206,8 +206,9 @@ def _dispatch(kind: int, body: bytes, sink: Ingest) -> None:
     elif kind == R_SAMPLE:
         t = _t(body)
         values = _load(body[T_ONLY.size :])
-        sink.sample(t, {str(k)[:200]: _sample_value(float(v)) for k, v in values.items()
-                        if isinstance(v, (int, float))})
+        sink.sample(
+            t, {str(k)[:200]: _sample_value(float(v)) for k, v in values.items() if isinstance(v, (int, float))}
+        )
     elif kind == R_HELLO:
         run_id, t = _run_t(body)
         sink.hello(run_id, t, P.clean_hello(_load(body[RUN_T.size :])))

@@ -41,8 +41,16 @@ class Recorder:
             self._fh.close()
             raise RecorderError(f"cannot write {path}: {exc.strerror or exc}") from None
         self.bytes_written = len(FILE_HEADER)
-        self.meta(time.monotonic(), {"trainmon": __version__, "host": socket.gethostname(),
-                                     "wall": time.time(), "monotonic": time.monotonic(), "pid": os.getpid()})
+        self.meta(
+            time.monotonic(),
+            {
+                "trainmon": __version__,
+                "host": socket.gethostname(),
+                "wall": time.time(),
+                "monotonic": time.monotonic(),
+                "pid": os.getpid(),
+            },
+        )
         self._thread = threading.Thread(target=self._flusher, name="trainmon-recorder", daemon=True)
         self._thread.start()
 

@@ -64,13 +64,17 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
     with store.lock:
         first = store.first_t if store.first_t is not None else 0.0
         last = store.last_t if store.last_t is not None else first
-        everything = sorted(store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30,
-                                                                 r.first_seen))
+        everything = sorted(
+            store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.first_seen)
+        )
         # Processes that attached but never trained (a launcher, a helper script) are not runs.
         runs = [r for r in everything if r.steps.total or r.loaders]
         idle = [{"pid": r.pid, "name": r.name} for r in everything if not (r.steps.total or r.loaders)]
-        run_rows = [run_summary(r) | {"processes": process_figures(store, r),
-                                      "pyspy_data_wait_share": pyspy_wait_share(store, r.pid)} for r in runs]
+        run_rows = [
+            run_summary(r)
+            | {"processes": process_figures(store, r), "pyspy_data_wait_share": pyspy_wait_share(store, r.pid)}
+            for r in runs
+        ]
         agentless = agentless_section(store)
         system = system_section(store)
         step_ends = [r.steps.end[-1] for r in runs if len(r.steps)]
@@ -103,9 +107,11 @@ def build_report(store: Store, th: Thresholds | None = None) -> dict[str, Any]:
     else:
         code = "insufficient_data"
     verdict = _finding_for(code, tracker, latest)
-    secondary = [f.to_dict() | {"held_s": round(held.get(c, 0.0), 1)}
-                 for c, f in sorted(latest.items(), key=lambda kv: kv[1].rank)
-                 if c not in (code, "insufficient_data", "ok.compute_bound")]
+    secondary = [
+        f.to_dict() | {"held_s": round(held.get(c, 0.0), 1)}
+        for c, f in sorted(latest.items(), key=lambda kv: kv[1].rank)
+        if c not in (code, "insufficient_data", "ok.compute_bound")
+    ]
     return {
         "trainmon_report": 1,
         "duration_s": round(duration, 2),
@@ -127,5 +133,10 @@ def _finding_for(code: str, tracker: VerdictTracker, latest: dict[str, Finding])
         return tracker.current
     if code in latest:
         return latest[code]
-    return Finding("insufficient_data", "ok", "no training steps were recorded",
-                   ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"], {})
+    return Finding(
+        "insufficient_data",
+        "ok",
+        "no training steps were recorded",
+        ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
+        {},
+    )

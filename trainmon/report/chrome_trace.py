@@ -12,8 +12,10 @@ from typing import Any
 
 from trainmon.store.store import Store
 
-COUNTERS = re.compile(r"^(cpu\.(busy|iowait)|mem\.used_pct|gpu\.\d+\.(util|mem_used_mb|power_w)|"
-                      r"disk\.[^.]+\.(read_mb_s|write_mb_s|util_pct))$")
+COUNTERS = re.compile(
+    r"^(cpu\.(busy|iowait)|mem\.used_pct|gpu\.\d+\.(util|mem_used_mb|power_w)|"
+    r"disk\.[^.]+\.(read_mb_s|write_mb_s|util_pct))$"
+)
 HOST_PID = 0
 MAX_STEPS_PER_RUN = 200_000
 
@@ -36,19 +38,43 @@ def build_trace(store: Store, report: dict | None = None) -> dict[str, Any]:
             st = run.steps
             for k in range(max(0, len(st) - MAX_STEPS_PER_RUN), len(st)):
                 start, end, wait = st.start[k], st.end[k], st.wait[k]
-                events.append({"ph": "X", "name": "step", "pid": pid, "tid": 1, "ts": us(start),
-                               "dur": round((end - start) * 1e6, 1),
-                               "args": {"wait_ms": round(wait * 1e3, 3), "samples": st.samples[k],
-                                        "warmup": bool(st.warm[k])}})
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "step",
+                        "pid": pid,
+                        "tid": 1,
+                        "ts": us(start),
+                        "dur": round((end - start) * 1e6, 1),
+                        "args": {"wait_ms": round(wait * 1e3, 3), "samples": st.samples[k], "warmup": bool(st.warm[k])},
+                    }
+                )
                 if wait > 0:
-                    events.append({"ph": "X", "name": "data wait", "pid": pid, "tid": 2, "ts": us(start),
-                                   "dur": round(wait * 1e6, 1)})
+                    events.append(
+                        {
+                            "ph": "X",
+                            "name": "data wait",
+                            "pid": pid,
+                            "tid": 2,
+                            "ts": us(start),
+                            "dur": round(wait * 1e6, 1),
+                        }
+                    )
             for c0, c1 in run.checkpoints:
-                events.append({"ph": "X", "name": "checkpoint", "pid": pid, "tid": 3, "ts": us(c0),
-                               "dur": round((c1 - c0) * 1e6, 1)})
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "checkpoint",
+                        "pid": pid,
+                        "tid": 3,
+                        "ts": us(c0),
+                        "dur": round((c1 - c0) * 1e6, 1),
+                    }
+                )
             for p0, p1, name in run.phases:
-                events.append({"ph": "X", "name": name, "pid": pid, "tid": 4, "ts": us(p0),
-                               "dur": round((p1 - p0) * 1e6, 1)})
+                events.append(
+                    {"ph": "X", "name": name, "pid": pid, "tid": 4, "ts": us(p0), "dur": round((p1 - p0) * 1e6, 1)}
+                )
             for t, name in run.marks:
                 events.append({"ph": "i", "name": name, "pid": pid, "tid": 4, "ts": us(t), "s": "p"})
         for name in sorted(n for n in store.series if COUNTERS.match(n)):
@@ -57,10 +83,21 @@ def build_trace(store: Store, report: dict | None = None) -> dict[str, Any]:
                 if v == v:
                     events.append({"ph": "C", "name": name, "pid": HOST_PID, "ts": us(t), "args": {"value": v}})
     for entry in (report or {}).get("timeline", []):
-        events.append({"ph": "i", "name": f"verdict: {entry['code']}", "pid": HOST_PID, "tid": 0,
-                       "ts": round(entry["t"] * 1e6, 1), "s": "g"})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "trainmon", "verdict": (report or {}).get("verdict", {}).get("code")}}
+        events.append(
+            {
+                "ph": "i",
+                "name": f"verdict: {entry['code']}",
+                "pid": HOST_PID,
+                "tid": 0,
+                "ts": round(entry["t"] * 1e6, 1),
+                "s": "g",
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"generator": "trainmon", "verdict": (report or {}).get("verdict", {}).get("code")},
+    }
 
 
 def render_chrome_trace(report: dict, store: Store | None = None) -> str:

@@ -19,9 +19,11 @@ def _fmt(value: Any, suffix: str = "", digits: int = 1) -> str:
 def _loader(cfg: dict | None) -> str:
     if not cfg:
         return "n/a"
-    return (f"bs={_fmt(cfg.get('batch_size'))} workers={_fmt(cfg.get('num_workers'))} "
-            f"pin={_fmt(cfg.get('pin_memory'))} prefetch={_fmt(cfg.get('prefetch_factor'))} "
-            f"persistent={_fmt(cfg.get('persistent_workers'))}")
+    return (
+        f"bs={_fmt(cfg.get('batch_size'))} workers={_fmt(cfg.get('num_workers'))} "
+        f"pin={_fmt(cfg.get('pin_memory'))} prefetch={_fmt(cfg.get('prefetch_factor'))} "
+        f"persistent={_fmt(cfg.get('persistent_workers'))}"
+    )
 
 
 def _run_cells(run: dict) -> list[str]:
@@ -70,8 +72,12 @@ def render_text(report: dict) -> str:
 
 def render_markdown(report: dict) -> str:
     v = report["verdict"]
-    out = [f"## trainmon report ({report['duration_s']:.1f} s, {len(report['runs'])} run(s))", "",
-           f"**Verdict: `{v['code']}`** ({v['severity']}) — {v['summary']}", ""]
+    out = [
+        f"## trainmon report ({report['duration_s']:.1f} s, {len(report['runs'])} run(s))",
+        "",
+        f"**Verdict: `{v['code']}`** ({v['severity']}) — {v['summary']}",
+        "",
+    ]
     out += [f"- {a}" for a in v.get("advice", [])]
     out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for r in report["runs"]:

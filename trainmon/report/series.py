@@ -63,8 +63,9 @@ def series_section(store: Store, interval: float = 1.0) -> dict[str, Any]:
         names = ["cpu.busy", "cpu.iowait", "mem.used_pct"]
         names += sorted(n_ for n_ in store.series if re.match(r"gpu\.\d+\.(util|util_min|mem_used_mb|power_w)$", n_))
         disks = sorted({m.group(1) for n_ in store.series if (m := re.match(r"disk\.([^.]+)\.util_pct$", n_))})
-        busiest = sorted(disks, key=lambda d: -max((v for v in store.series[f"disk.{d}.util_pct"].values
-                                                    if v == v), default=0.0))[:4]
+        busiest = sorted(
+            disks, key=lambda d: -max((v for v in store.series[f"disk.{d}.util_pct"].values if v == v), default=0.0)
+        )[:4]
         for d in busiest:
             names += [f"disk.{d}.read_mb_s", f"disk.{d}.write_mb_s", f"disk.{d}.util_pct"]
         metrics = {}

@@ -11,8 +11,15 @@ from trainmon.store.run import Run
 from trainmon.store.store import Store
 
 THROTTLE_REASONS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
-    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
 }
 # Reasons that mean the GPU is being held back (idle and app clocks are not a problem).
 LIMITING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -50,22 +57,38 @@ def system_section(store: Store) -> dict[str, Any]:
     cpu = {"cores": int(cores) if cores and cores == cores else None}
     cpu.update(_flat("busy_percent", stats(store, "cpu.busy")))
     cpu.update(_flat("iowait_percent", stats(store, "cpu.iowait")))
-    memory = {"used_percent_max": stats(store, "mem.used_pct")["max"],
-              "swap_used_mb_max": stats(store, "swap.used_mb")["max"]}
+    memory = {
+        "used_percent_max": stats(store, "mem.used_pct")["max"],
+        "swap_used_mb_max": stats(store, "swap.used_mb")["max"],
+    }
     disks: dict[str, dict] = {}
     for dev in sorted({m.group(1) for n in store.series if (m := re.match(r"disk\.([^.]+)\.", n))}):
         entry: dict[str, Any] = {}
-        for key, series in (("read_mb_s", "read_mb_s"), ("write_mb_s", "write_mb_s"), ("util_percent", "util_pct"),
-                            ("r_await_ms", "r_await_ms"), ("w_await_ms", "w_await_ms"), ("r_s", "r_s")):
+        for key, series in (
+            ("read_mb_s", "read_mb_s"),
+            ("write_mb_s", "write_mb_s"),
+            ("util_percent", "util_pct"),
+            ("r_await_ms", "r_await_ms"),
+            ("w_await_ms", "w_await_ms"),
+            ("r_s", "r_s"),
+        ):
             entry.update(_flat(key, stats(store, f"disk.{dev}.{series}")))
         disks[dev] = entry
     gpus = []
     for idx in sorted({int(m.group(1)) for n in store.series if (m := re.match(r"gpu\.(\d+)\.", n))}):
         g: dict[str, Any] = {"index": idx}
-        for key, series in (("util_percent", "util"), ("util_min_percent", "util_min"), ("mem_used_mb", "mem_used_mb"),
-                            ("power_w", "power_w"), ("temp_c", "temp_c"), ("sm_clock_mhz", "sm_clock_mhz"),
-                            ("pcie_rx_mb_s", "pcie_rx_mb_s"), ("pcie_tx_mb_s", "pcie_tx_mb_s"),
-                            ("sm_active_percent", "gpm.sm_active"), ("tensor_active_percent", "gpm.tensor_active")):
+        for key, series in (
+            ("util_percent", "util"),
+            ("util_min_percent", "util_min"),
+            ("mem_used_mb", "mem_used_mb"),
+            ("power_w", "power_w"),
+            ("temp_c", "temp_c"),
+            ("sm_clock_mhz", "sm_clock_mhz"),
+            ("pcie_rx_mb_s", "pcie_rx_mb_s"),
+            ("pcie_tx_mb_s", "pcie_tx_mb_s"),
+            ("sm_active_percent", "gpm.sm_active"),
+            ("tensor_active_percent", "gpm.tensor_active"),
+        ):
             if f"gpu.{idx}.{series}" in store.series:
                 g.update(_flat(key, stats(store, f"gpu.{idx}.{series}")))
         g["mem_total_mb"] = store.latest(f"gpu.{idx}.mem_total_mb")
@@ -88,9 +111,12 @@ def process_figures(store: Store, run: Run) -> dict[str, Any]:
     main = process_figures_pid(store, run.pid)
     workers = [process_figures_pid(store, pid) for pid in run.worker_pids()]
     cpu = [w["cpu_pct"] for w in workers if "cpu_pct" in w]
-    return {"main": main, "workers": workers,
-            "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
-            "workers_cpu_pct_mean": _r(sum(cpu) / len(cpu)) if cpu else None}
+    return {
+        "main": main,
+        "workers": workers,
+        "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
+        "workers_cpu_pct_mean": _r(sum(cpu) / len(cpu)) if cpu else None,
+    }
 
 
 def pyspy_wait_share(store: Store, pid: int) -> float | None:
@@ -116,16 +142,30 @@ def agentless_section(store: Store) -> list[dict[str, Any]]:
         if pid in attached:
             continue
         samples = store.series[f"pyspy.{pid}.samples"]
-        out.append({"pid": pid, "data_wait_share": pyspy_wait_share(store, pid),
-                    "samples": int(sum(v for _, v in samples if v == v)),
-                    "process": process_figures_pid(store, pid)})
+        out.append(
+            {
+                "pid": pid,
+                "data_wait_share": pyspy_wait_share(store, pid),
+                "samples": int(sum(v for _, v in samples if v == v)),
+                "process": process_figures_pid(store, pid),
+            }
+        )
     return out
 
 
 def process_figures_pid(store: Store, pid: int) -> dict[str, Any]:
     fig: dict[str, Any] = {"pid": pid}
-    for key in ("cpu_pct", "state_R", "state_S", "state_D", "read_mb_s", "rchar_mb_s", "rss_mb", "runq_wait_ms_s",
-                "gpu_mem_mb"):
+    for key in (
+        "cpu_pct",
+        "state_R",
+        "state_S",
+        "state_D",
+        "read_mb_s",
+        "rchar_mb_s",
+        "rss_mb",
+        "runq_wait_ms_s",
+        "gpu_mem_mb",
+    ):
         s = stats(store, f"proc.{pid}.{key}")
         if s["p50"] is not None:
             fig[key] = s["p50"] if key != "rss_mb" else s["max"]

@@ -46,14 +46,22 @@ class _Conn:
 
 
 class AgentServer:
-    def __init__(self, sink: Ingest, address: str | None = None, *, token: str | None = None,
-                 clock=time.monotonic, hello_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        sink: Ingest,
+        address: str | None = None,
+        *,
+        token: str | None = None,
+        clock=time.monotonic,
+        hello_timeout: float | None = None,
+    ) -> None:
         self.sink = sink
         self.address = P.resolve_address(address)
         self.token = token if token is not None else os.environ.get("TRAINMON_TOKEN")
         self.clock = clock
-        self.hello_timeout = hello_timeout if hello_timeout is not None else _env_seconds(
-            "TRAINMON_HELLO_TIMEOUT", HELLO_TIMEOUT_S)
+        self.hello_timeout = (
+            hello_timeout if hello_timeout is not None else _env_seconds("TRAINMON_HELLO_TIMEOUT", HELLO_TIMEOUT_S)
+        )
         self._next_expiry = 0.0
         self.rejected = 0
         self.protocol_errors = 0
@@ -130,7 +138,8 @@ class AgentServer:
         if not loopback and not self.token:
             raise AddressError(
                 f"listening on non-loopback {host}:{port} requires a token (--token or TRAINMON_TOKEN); "
-                "for remote viewing prefer an SSH tunnel to a loopback address")
+                "for remote viewing prefer an SSH tunnel to a loopback address"
+            )
         self._require_token = bool(self.token)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -260,8 +269,11 @@ class AgentServer:
         uid = _loopback_peer_uid(sock)
         if uid is None or uid in (os.getuid(), 0):
             return peer
-        log.warning("refused a loopback connection from uid %d: only your own processes may report "
-                    "(to let other users in, give them a token)", uid)
+        log.warning(
+            "refused a loopback connection from uid %d: only your own processes may report "
+            "(to let other users in, give them a token)",
+            uid,
+        )
         return None
 
     def _read(self, conn: _Conn) -> None:
@@ -298,8 +310,11 @@ class AgentServer:
         now = self.clock()
         if kind == P.F_AUTH:
             token = P.decode_json(payload).get("token")
-            if not isinstance(token, str) or not self.token or not hmac.compare_digest(
-                    token.encode(), self.token.encode()):
+            if (
+                not isinstance(token, str)
+                or not self.token
+                or not hmac.compare_digest(token.encode(), self.token.encode())
+            ):
                 raise P.ProtocolError("bad token")
             conn.authed = True
             return

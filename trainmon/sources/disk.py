@@ -44,9 +44,18 @@ class _Stat:
 
 
 def _parse_line(parts: list[str]) -> _Stat:
-    v = [int(x) for x in parts[3:3 + _NFIELDS]]
-    return _Stat(devno=(int(parts[0]), int(parts[1])), rd_ios=v[0], rd_sectors=v[2], rd_ticks=v[3],
-                 wr_ios=v[4], wr_sectors=v[6], wr_ticks=v[7], io_ticks=v[9], rq_ticks=v[10])
+    v = [int(x) for x in parts[3 : 3 + _NFIELDS]]
+    return _Stat(
+        devno=(int(parts[0]), int(parts[1])),
+        rd_ios=v[0],
+        rd_sectors=v[2],
+        rd_ticks=v[3],
+        wr_ios=v[4],
+        wr_sectors=v[6],
+        wr_ticks=v[7],
+        io_ticks=v[9],
+        rq_ticks=v[10],
+    )
 
 
 def _delta(new: int, old: int) -> int | None:
@@ -68,8 +77,13 @@ def _delta(new: int, old: int) -> int | None:
 class DiskSource:
     name = "disk"
 
-    def __init__(self, diskstats_path: str = "/proc/diskstats", sys_block: str = "/sys/block", *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        diskstats_path: str = "/proc/diskstats",
+        sys_block: str = "/sys/block",
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.diskstats_path = diskstats_path
         self.sys_block = sys_block
         self.clock = clock

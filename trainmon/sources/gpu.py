@@ -35,8 +35,7 @@ _ARGUMENT_VERSION_MISMATCH = 25
 _DEPRECATED = 26
 
 # Failures that will not go away by asking again: the call is not repeated for that device.
-_PERMANENT = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH,
-                        _DEPRECATED})
+_PERMANENT = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH, _DEPRECATED})
 _LOST = {_GPU_IS_LOST: "GPU lost", _RESET_REQUIRED: "GPU requires reset"}
 
 # Constants of the NVML API, used when a binding lacks the name.
@@ -49,9 +48,23 @@ _PCIE_UTIL_RX_BYTES = 1
 _GPM_METRICS_GET_VERSION = 1
 
 # Per-device series, in output order (the name after "gpu.{i}.").
-METRICS = ("util", "util_min", "util_max", "mem_util", "mem_used_mb", "mem_total_mb", "power_w", "power_limit_w",
-           "temp_c", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "throttle", "pcie_rx_mb_s",
-           "pcie_tx_mb_s")
+METRICS = (
+    "util",
+    "util_min",
+    "util_max",
+    "mem_util",
+    "mem_used_mb",
+    "mem_total_mb",
+    "power_w",
+    "power_limit_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "sm_clock_max_mhz",
+    "throttle",
+    "pcie_rx_mb_s",
+    "pcie_tx_mb_s",
+)
 # GPM series → NVML_GPM_METRIC_* id (SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL, DRAM_BW_UTIL), all percentages.
 GPM_METRICS = {"gpm.sm_active": 2, "gpm.sm_occupancy": 3, "gpm.tensor_active": 5, "gpm.dram_bw": 10}
 # NVML says the two GPM samples must be some time apart; DCGM keeps them >= its update interval.
@@ -78,8 +91,11 @@ _FUNCTIONS: dict[str, tuple[str, ...]] = {
     "throttle": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
     "pcie_rx": ("nvmlDeviceGetPcieThroughput",),
     "pcie_tx": ("nvmlDeviceGetPcieThroughput",),
-    "procs": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-              "nvmlDeviceGetComputeRunningProcesses"),
+    "procs": (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ),
     "proc_util": ("nvmlDeviceGetProcessUtilization",),
     "gpm_support": ("nvmlGpmQueryDeviceSupport",),
     "gpm_alloc": ("nvmlGpmSampleAlloc",),
@@ -192,9 +208,10 @@ class GpuSource:
         self._initialized = True
         try:
             self._consts()
-            self._fns = {key: [(n, getattr(nvml_module, n)) for n in names
-                               if callable(getattr(nvml_module, n, None))]
-                         for key, names in _FUNCTIONS.items()}
+            self._fns = {
+                key: [(n, getattr(nvml_module, n)) for n in names if callable(getattr(nvml_module, n, None))]
+                for key, names in _FUNCTIONS.items()
+            }
             count = self._count()
             self._enumerate(0 if count is None else count, 0.0)
         except Exception as e:  # a bug here must not take the monitor down
@@ -300,8 +317,15 @@ class GpuSource:
 
     # ------------------------------------------------------------------ calls and failures
 
-    def _call(self, d: _Device, key: str, series: Sequence[str], *args: Any, not_found: Any = _FAIL,
-              log_level: int = logging.INFO) -> Any:
+    def _call(
+        self,
+        d: _Device,
+        key: str,
+        series: Sequence[str],
+        *args: Any,
+        not_found: Any = _FAIL,
+        log_level: int = logging.INFO,
+    ) -> Any:
         """fn(*args) for the function behind `key`, or _FAIL after recording why `series` are n/a.
 
         Raises _DeviceLost when NVML says the GPU fell off the bus.
@@ -349,8 +373,7 @@ class GpuSource:
             fns.pop(0)
             self._log_once(f"gpu.fn.{fn_name}", f"{fn_name}: {why}; falling back to {fns[0][0]}", logging.DEBUG)
 
-    def _fail(self, d: _Device, key: str, series: Sequence[str], reason: str, permanent: bool,
-              log_level: int) -> None:
+    def _fail(self, d: _Device, key: str, series: Sequence[str], reason: str, permanent: bool, log_level: int) -> None:
         if permanent:
             d.skip[key] = reason
         names = series or (d.prefix + key,)
@@ -475,8 +498,7 @@ class GpuSource:
     def _read_util_range(self, d: _Device, util: float, out: dict[str, float]) -> None:
         k = d.keys
         lo_key, hi_key = k["util_min"], k["util_max"]
-        res = self._call(d, "samples", (lo_key, hi_key), d.handle, self._c_util_samples, d.util_ts,
-                         not_found=(1, []))
+        res = self._call(d, "samples", (lo_key, hi_key), d.handle, self._c_util_samples, d.util_ts, not_found=(1, []))
         if res is _FAIL:
             return
         value_type, samples = res
@@ -608,9 +630,17 @@ class GpuSource:
     def devices(self) -> list[dict[str, Any]]:
         """index, name, uuid, mem_total_mb, visible (to the job, per the last `resolve_visible`), lost."""
         with self._lock:
-            return [{"index": d.index, "name": d.name, "uuid": d.uuid, "mem_total_mb": d.mem_total_mb,
-                     "visible": self._visible is None or d.index in self._visible, "lost": d.lost}
-                    for d in self._devices]
+            return [
+                {
+                    "index": d.index,
+                    "name": d.name,
+                    "uuid": d.uuid,
+                    "mem_total_mb": d.mem_total_mb,
+                    "visible": self._visible is None or d.index in self._visible,
+                    "lost": d.lost,
+                }
+                for d in self._devices
+            ]
 
     def gpm_status(self) -> dict[int, str]:
         """Device index → "ok" or why GPM metrics are absent."""

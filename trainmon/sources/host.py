@@ -41,8 +41,7 @@ class HostSource:
                 busy_total += busy
                 iowait_total += iowait
                 user_total += getattr(core, "user", 0.0) + getattr(core, "nice", 0.0)
-                system_total += getattr(core, "system", 0.0) + getattr(core, "irq", 0.0) + getattr(
-                    core, "softirq", 0.0)
+                system_total += getattr(core, "system", 0.0) + getattr(core, "irq", 0.0) + getattr(core, "softirq", 0.0)
                 steal_total += getattr(core, "steal", 0.0)
             n = max(1, len(per_core))
             out["cpu.busy"] = busy_total / n

@@ -23,8 +23,7 @@ MB = 2**20
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_MAX = 8192
-_IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": "rchar_mb_s",
-            b"wchar": "wchar_mb_s"}
+_IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": "rchar_mb_s", b"wchar": "wchar_mb_s"}
 _STATES = (b"R", b"S", b"D")
 # Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
 _NCOUNT = 8
@@ -45,7 +44,7 @@ def _read(path: str) -> bytes:
 
 def _stat_fields(data: bytes) -> list[bytes]:
     """Fields of a stat line from field 3 (state) on; comm may hold spaces and ')' so split after the last ')'."""
-    return data[data.rfind(b")") + 2:].split()
+    return data[data.rfind(b")") + 2 :].split()
 
 
 @dataclass
@@ -74,8 +73,9 @@ class _Reading:
 class ProcSource:
     name = "procs"
 
-    def __init__(self, tracked: Callable[[], Mapping[int, str]], hz_states: float = 10.0, *,
-                 proc_root: str = "/proc") -> None:
+    def __init__(
+        self, tracked: Callable[[], Mapping[int, str]], hz_states: float = 10.0, *, proc_root: str = "/proc"
+    ) -> None:
         self.tracked = tracked
         self.hz_states = hz_states
         self.proc_root = proc_root.rstrip("/") or "/"
@@ -206,7 +206,7 @@ class ProcSource:
                 data = _read(f"{task_dir}/{tid}/stat")
             except OSError:
                 continue  # the thread exited after the listing
-            state = data[data.rfind(b")") + 2:][:1]
+            state = data[data.rfind(b")") + 2 :][:1]
             idx = _STATES.index(state) + 1 if state in _STATES else 0
             counts[0] += 1
             if idx:
@@ -252,8 +252,9 @@ class ProcSource:
             out[p + key] = math.nan
         if prev is not None:
             out.update(_rates(p, cur, prev))
-        self._prev[pid] = _Prev(t=cur.t, starttime=cur.starttime, cpu_ticks=cur.cpu_ticks, io=cur.io,
-                                wait_ns=cur.wait_ns, wait_t=cur.wait_t)
+        self._prev[pid] = _Prev(
+            t=cur.t, starttime=cur.starttime, cpu_ticks=cur.cpu_ticks, io=cur.io, wait_ns=cur.wait_ns, wait_t=cur.wait_t
+        )
         return out
 
     def _read_pid(self, pid: int) -> _Reading:
@@ -266,8 +267,13 @@ class ProcSource:
         f = _stat_fields(data)
         if not f or f[0] in (b"Z", b"X"):
             raise _Gone
-        cur = _Reading(t=t, starttime=int(f[19]), cpu_ticks=int(f[11]) + int(f[12]), rss_bytes=int(f[21]) * _PAGE,
-                       threads=int(f[17]))
+        cur = _Reading(
+            t=t,
+            starttime=int(f[19]),
+            cpu_ticks=int(f[11]) + int(f[12]),
+            rss_bytes=int(f[21]) * _PAGE,
+            threads=int(f[17]),
+        )
         cur.io = self._read_io(base, cur.na)
         cur.wait_ns, cur.wait_t = self._read_runq_wait(base, cur.na)
         return cur
@@ -323,13 +329,14 @@ class ProcSource:
 
     def _note_na(self, pid: int, prefix: str, na: dict[str, str]) -> None:
         for key in [k for k in self.na_reasons if k.startswith(prefix)]:
-            if key[len(prefix):] not in na:
+            if key[len(prefix) :] not in na:
                 del self.na_reasons[key]
         for reason in sorted(set(na.values())):
             keys = sorted(k for k, r in na.items() if r == reason)
             if self.na_reasons.get(prefix + keys[0]) != reason:  # newly n/a for this pid
-                self._log_once(f"na:{reason.replace(str(pid), '<pid>')}", "procs: pid %d: %s n/a: %s",
-                               pid, ", ".join(keys), reason)
+                self._log_once(
+                    f"na:{reason.replace(str(pid), '<pid>')}", "procs: pid %d: %s n/a: %s", pid, ", ".join(keys), reason
+                )
         for key, reason in na.items():
             self.na_reasons[prefix + key] = reason
 

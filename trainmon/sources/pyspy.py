@@ -32,9 +32,11 @@ log = logging.getLogger("trainmon.pyspy")
 NOT_FOUND = "py-spy not found: pip install py-spy"
 CAP_SYS_PTRACE = 19
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
-PTRACE_FIX = ("fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
-              "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
-              "securityContext.capabilities.add: [SYS_PTRACE]")
+PTRACE_FIX = (
+    "fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
+    "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
+    "securityContext.capabilities.add: [SYS_PTRACE]"
+)
 
 DATALOADER_FILE = "torch/utils/data/dataloader.py"
 DATA_WAIT_FUNCS = frozenset({"__next__", "_next_data", "_get_data", "_try_get_data"})
@@ -171,9 +173,11 @@ def ptrace_status() -> tuple[bool, str]:
         return True, f"{where}: ptrace allowed to processes of the same user"
     if scope == 1:
         # py-spy is never an ancestor of the job (not even under `trainmon run`: it is the job's sibling).
-        return False, (f"{where}: py-spy may attach only to its own descendants, which a training job is not, "
-                       "unless the job calls prctl(PR_SET_PTRACER); fix: sudo sysctl kernel.yama.ptrace_scope=0 "
-                       "or run trainmon with sudo")
+        return False, (
+            f"{where}: py-spy may attach only to its own descendants, which a training job is not, "
+            "unless the job calls prctl(PR_SET_PTRACER); fix: sudo sysctl kernel.yama.ptrace_scope=0 "
+            "or run trainmon with sudo"
+        )
     return False, f"{where}: only CAP_SYS_PTRACE may attach; run with sudo or grant CAP_SYS_PTRACE"
 
 
@@ -181,8 +185,10 @@ def permission_message(pid: int) -> str:
     """One line: why py-spy was refused by the kernel, and the fix."""
     scope = read_ptrace_scope()
     cap = has_cap_sys_ptrace()
-    facts = [f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
-             {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]]
+    facts = [
+        f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
+        {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap],
+    ]
     try:
         uid = psutil.Process(pid).uids().real
         if uid != os.getuid():
@@ -247,8 +253,12 @@ def _parse_frame(raw: dict[str, Any]) -> Frame:
     filename = str(raw.get("filename") or "?")
     short = raw.get("short_filename") or _short_path(filename)
     line = raw.get("line")
-    return Frame(name=str(raw.get("name") or "?"), filename=filename,
-                 line=int(line) if isinstance(line, int) else 0, short=str(short))
+    return Frame(
+        name=str(raw.get("name") or "?"),
+        filename=filename,
+        line=int(line) if isinstance(line, int) else 0,
+        short=str(short),
+    )
 
 
 def _parse_thread(pid: int, raw: dict[str, Any]) -> ThreadStack:
@@ -260,9 +270,14 @@ def _parse_thread(pid: int, raw: dict[str, Any]) -> ThreadStack:
     else:
         is_main = name == "MainThread"
     return ThreadStack(
-        thread_id=int(raw.get("thread_id") or 0), os_thread_id=os_tid, name=name or "?", is_main=is_main,
-        active=bool(raw.get("active", True)), owns_gil=bool(raw.get("owns_gil", False)),
-        frames=[_parse_frame(f) for f in raw.get("frames") or [] if isinstance(f, dict)])
+        thread_id=int(raw.get("thread_id") or 0),
+        os_thread_id=os_tid,
+        name=name or "?",
+        is_main=is_main,
+        active=bool(raw.get("active", True)),
+        owns_gil=bool(raw.get("owns_gil", False)),
+        frames=[_parse_frame(f) for f in raw.get("frames") or [] if isinstance(f, dict)],
+    )
 
 
 def parse_dump(pid: int, text: str) -> StackDump:
@@ -295,11 +310,18 @@ def _dump(pid: int, timeout: float) -> StackDump:
     env = dict(os.environ, RUST_BACKTRACE="0")
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([binary, "dump", "--json", "--nonblocking", "--pid", str(pid)],
-                              capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        proc = subprocess.run(
+            [binary, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        return StackDump(pid, error=f"py-spy dump of pid {pid} timed out after {timeout:g} s",
-                         elapsed_s=time.monotonic() - t0)
+        return StackDump(
+            pid, error=f"py-spy dump of pid {pid} timed out after {timeout:g} s", elapsed_s=time.monotonic() - t0
+        )
     except FileNotFoundError:
         return StackDump(pid, error=NOT_FOUND)
     except OSError as exc:
@@ -342,8 +364,9 @@ class PySpySampler:
     hottest innermost frames outside data waits over a rolling window of recent samples.
     """
 
-    def __init__(self, pid: int, interval: float = 0.2, *, timeout: float = 5.0, window: int = 300,
-                 start: bool = True) -> None:
+    def __init__(
+        self, pid: int, interval: float = 0.2, *, timeout: float = 5.0, window: int = 300, start: bool = True
+    ) -> None:
         self.pid = pid
         self.interval = max(0.01, interval)
         self.timeout = timeout
@@ -429,8 +452,11 @@ class PySpySampler:
         def share(kind: str) -> float:
             return counts[kind] / n if n else math.nan
 
-        return {f"{prefix}.data_wait_share": share(DATA_WAIT), f"{prefix}.checkpoint_share": share(CHECKPOINT),
-                f"{prefix}.samples": float(n)}
+        return {
+            f"{prefix}.data_wait_share": share(DATA_WAIT),
+            f"{prefix}.checkpoint_share": share(CHECKPOINT),
+            f"{prefix}.samples": float(n),
+        }
 
     def hot_frames(self, n: int = 5) -> list[tuple[str, float]]:
         """The ``n`` most frequent innermost frames outside data waits, with their share of recent samples."""

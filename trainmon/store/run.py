@@ -74,8 +74,9 @@ class Steps:
     def _columns(self) -> tuple[array, ...]:
         return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
 
-    def add(self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float,
-            loader: int = 0) -> None:
+    def add(
+        self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float, loader: int = 0
+    ) -> None:
         self.start.append(start)
         self.end.append(end)
         self.dur.append(end - start)
@@ -130,7 +131,7 @@ class Steps:
         first, cum_dur, cum_wait, cum_samples = c
         if first < offset:
             for col in (cum_dur, cum_wait, cum_samples):
-                del col[:offset - first]
+                del col[: offset - first]
             c[0] = offset
         done = len(cum_dur) - 1  # rows summed so far, from the table's head
         if done < len(self.end):
@@ -281,9 +282,16 @@ class Run:
         Gives the same steps and loader figures as _apply_each does record by record."""
         lid = self._train
         train = self.loaders.get(lid) if lid is not None else None
-        if (train is None or self._cur_start is None or self._cur_batches or self._cur_wait
-                or self._cur_exposed == self._cur_exposed or self._pending_wait
-                or self.steps.total < self._warm_until or not self._seen_any_wait):
+        if (
+            train is None
+            or self._cur_start is None
+            or self._cur_batches
+            or self._cur_wait
+            or self._cur_exposed == self._cur_exposed
+            or self._pending_wait
+            or self.steps.total < self._warm_until
+            or not self._seen_any_wait
+        ):
             return 0
         n = len(tags)
         end_tag = tags[boundary]
@@ -298,12 +306,12 @@ class Run:
         lo = boundary + 1
         m = (n - lo) // period
         hi = lo + m * period
-        if m < FAST_MIN_STEPS or any(tags[lo + q:hi:period].count(tag) != m for q, tag in enumerate(pattern)):
+        if m < FAST_MIN_STEPS or any(tags[lo + q : hi : period].count(tag) != m for q, tag in enumerate(pattern)):
             return 0
-        t0s = records[4 * lo + 1:4 * hi:4]
-        t1s = records[4 * lo + 2:4 * hi:4]
+        t0s = records[4 * lo + 1 : 4 * hi : 4]
+        t1s = records[4 * lo + 2 : 4 * hi : 4]
         ns = NS.__mul__
-        end = array("d", map(ns, t0s[period - 1::period]))
+        end = array("d", map(ns, t0s[period - 1 :: period]))
         start = array("d", [self._cur_start])
         start.extend(end[:-1])
         dur = array("d", map(operator.sub, end, start))
@@ -438,8 +446,7 @@ class Run:
         batch = train.config.get("batch_size") if train is not None else None
         samples = self._cur_batches * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self._warm_until
-        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed,
-                       self._train or 0)
+        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed, self._train or 0)
         self._last_end = end
         self._cur_wait = 0.0
         self._cur_batches = 0

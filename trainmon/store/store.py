@@ -40,8 +40,9 @@ class Store:
     """Thread-safe: writers and readers take ``lock``. ``cap=None`` keeps everything (reports);
     a capped store is bounded: rings per run and series, and old ended runs and idle series dropped."""
 
-    def __init__(self, cap: int | None = 200_000, series_cap: int | None = 20_000,
-                 series_keep_s: float | None = SERIES_KEEP_S) -> None:
+    def __init__(
+        self, cap: int | None = 200_000, series_cap: int | None = 20_000, series_keep_s: float | None = SERIES_KEEP_S
+    ) -> None:
         self.lock = threading.RLock()
         self.runs: dict[int, Run] = {}
         self.series: dict[str, Series] = {}

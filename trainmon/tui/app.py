@@ -88,8 +88,16 @@ class TrainmonApp(App[int]):
         Binding("minus", "speed(-1)", show=False),
     ]
 
-    def __init__(self, feed: Feed, *, glyphs: Glyphs | None = None, job: Job | None = None,
-                 state: ViewState | None = None, watchdog: bool = True, threaded: bool = True) -> None:
+    def __init__(
+        self,
+        feed: Feed,
+        *,
+        glyphs: Glyphs | None = None,
+        job: Job | None = None,
+        state: ViewState | None = None,
+        watchdog: bool = True,
+        threaded: bool = True,
+    ) -> None:
         super().__init__()
         self.feed = feed
         self.glyphs = glyphs or detect()
@@ -185,8 +193,9 @@ class TrainmonApp(App[int]):
             for pane in self.panes:
                 focused = focus == pane.pane
                 compact = (self.compact or focus is not None) and not focused
-                pane.show(frame, geo, Size(compact=compact, focused=focused and not self.compact),
-                          with_title=not compact)
+                pane.show(
+                    frame, geo, Size(compact=compact, focused=focused and not self.compact), with_title=not compact
+                )
             self.axis.show(frame, geo)
             self.table.set_class(focus == "procs", "-focused-pane")
             self.table.show(frame.procs)
@@ -261,8 +270,11 @@ class TrainmonApp(App[int]):
             now = time.monotonic()
             if self._quit_armed_at is None or now - self._quit_armed_at > QUIT_CONFIRM_S:
                 self._quit_armed_at = now
-                self.notify("the command is still running: press q again to stop it and quit", severity="warning",
-                            timeout=QUIT_CONFIRM_S)
+                self.notify(
+                    "the command is still running: press q again to stop it and quit",
+                    severity="warning",
+                    timeout=QUIT_CONFIRM_S,
+                )
                 return
         self.exit(0)
 

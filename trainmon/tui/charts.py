@@ -41,7 +41,7 @@ def pairs(values: Sequence[float], sub: int) -> list[float]:
         return list(values)
     out = []
     for c in range(0, len(values) - sub + 1, sub):
-        group = [v for v in values[c:c + sub] if finite(v)]
+        group = [v for v in values[c : c + sub] if finite(v)]
         out.append(sum(group) / len(group) if group else math.nan)
     return out
 
@@ -57,8 +57,9 @@ def nice_top(values: Sequence[float], floor: float = 1.0) -> float:
     return 10 * exp
 
 
-def bars(layers: Sequence[Sequence[float]], specs: Sequence[Layer], top: float, height: int, glyphs: Glyphs
-         ) -> list[list[Cell]]:
+def bars(
+    layers: Sequence[Sequence[float]], specs: Sequence[Layer], top: float, height: int, glyphs: Glyphs
+) -> list[list[Cell]]:
     """Stacked bars, one per column, ``layers[0]`` at the bottom. A cell where one band meets the next draws a
     lower-eighths block in the lower band's colour on the upper band's colour, so the split is exact to 1/8 row."""
     cols = len(layers[0]) if layers else 0
@@ -152,7 +153,7 @@ def heat(values: Sequence[float], glyphs: Glyphs, width: int) -> str:
     group = max(1, math.ceil(len(values) / width))
     out = []
     for i in range(0, len(values), group):
-        chunk = [v for v in values[i:i + group] if finite(v)]
+        chunk = [v for v in values[i : i + group] if finite(v)]
         if not chunk:
             out.append("?")
             continue
@@ -164,7 +165,7 @@ def heat(values: Sequence[float], glyphs: Glyphs, width: int) -> str:
 def overlay_marks(row: list[Cell], marks: Sequence[str]) -> list[Cell]:
     """Checkpoint/eval/user marks written over a chart row."""
     out = list(row)
-    for c, m in enumerate(marks[:len(out)]):
+    for c, m in enumerate(marks[: len(out)]):
         if m:
             out[c] = (m, "mark", None)
     return out

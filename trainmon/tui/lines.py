@@ -74,7 +74,7 @@ def crop_line(line: Line, width: int) -> Line:
             break
         room = width - used
         if total > width and used + len(text) >= width:
-            text = text[:max(0, room - 1)] + "…"
+            text = text[: max(0, room - 1)] + "…"
         else:
             text = text[:room]
         out.append((text, role, bold))
@@ -101,8 +101,27 @@ def wrap_line(line: Line, width: int, max_lines: int) -> list[Line]:
 
 
 # One ASCII character for each non-ASCII one the screen prints, so widths do not change.
-_ASCII = str.maketrans({"…": "~", "·": "|", "–": "-", "—": "-", "→": ">", "°": "o", "×": "x", "■": "#", "▲": "^",
-                        "│": "|", "─": "-", "━": "-", "↑": "^", "↓": "v", "←": "<", "≥": ">", "≤": "<"})
+_ASCII = str.maketrans(
+    {
+        "…": "~",
+        "·": "|",
+        "–": "-",
+        "—": "-",
+        "→": ">",
+        "°": "o",
+        "×": "x",
+        "■": "#",
+        "▲": "^",
+        "│": "|",
+        "─": "-",
+        "━": "-",
+        "↑": "^",
+        "↓": "v",
+        "←": "<",
+        "≥": ">",
+        "≤": "<",
+    }
+)
 
 
 def asciify(text: str) -> str:
@@ -112,8 +131,9 @@ def asciify(text: str) -> str:
 
 def runs_to_segments(line: Line, glyphs: Glyphs, base: str | None = None) -> list[Segment]:
     conv = (lambda t: t) if glyphs.unicode else asciify
-    return [Segment(conv(text), style(role or base, bold=bold, color=glyphs.color)) for text, role, bold in line
-            if text]
+    return [
+        Segment(conv(text), style(role or base, bold=bold, color=glyphs.color)) for text, role, bold in line if text
+    ]
 
 
 def cells_to_segments(cells: Sequence[Cell], glyphs: Glyphs, cursor: int | None = None) -> list[Segment]:
@@ -144,13 +164,23 @@ def cells_to_segments(cells: Sequence[Cell], glyphs: Glyphs, cursor: int | None 
     return segments
 
 
-def grid_strip(geo: Geometry, glyphs: Glyphs, gutter: str, cells: Sequence[Cell] | None, values: Line | None,
-               cursor: int | None, gutter_role: str = "label", gutter_bold: bool = False) -> Strip:
+def grid_strip(
+    geo: Geometry,
+    glyphs: Glyphs,
+    gutter: str,
+    cells: Sequence[Cell] | None,
+    values: Line | None,
+    cursor: int | None,
+    gutter_role: str = "label",
+    gutter_bold: bool = False,
+) -> Strip:
     """One row of the grid."""
     gutter = gutter if glyphs.unicode else asciify(gutter)
-    segs = [Segment(gutter[:geo.gutter].ljust(geo.gutter), style(gutter_role, bold=gutter_bold, color=glyphs.color)),
-            Segment(" ", PLAIN)]
-    cells = list(cells or [])[:geo.cols]
+    segs = [
+        Segment(gutter[: geo.gutter].ljust(geo.gutter), style(gutter_role, bold=gutter_bold, color=glyphs.color)),
+        Segment(" ", PLAIN),
+    ]
+    cells = list(cells or [])[: geo.cols]
     if len(cells) < geo.cols:
         cells += [(" ", None, None)] * (geo.cols - len(cells))
     segs += cells_to_segments(cells, glyphs, cursor)

@@ -71,14 +71,20 @@ def _val(text: str, role: str | None = "value", bold: bool = False) -> tuple[str
 def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, list[Track]]:
     runs = frame.runs
     if not runs and not frame.agentless:
-        text = plain("waiting for a training process: trainmon.agent.attach() in the script, or "
-                     "trainmon run -- python train.py", "dim")
+        text = plain(
+            "waiting for a training process: trainmon.agent.attach() in the script, or trainmon run -- python train.py",
+            "dim",
+        )
         return [("Training", "text", True)], [Track(text=text)]
     tracks: list[Track] = []
     many = len(runs) > 1
     if runs:
-        totals = [w + c for r in runs for w, c in zip(_cols(r.wait_ms, frame), _cols(r.compute_ms, frame), strict=True)
-                  if finite(w) and finite(c)]
+        totals = [
+            w + c
+            for r in runs
+            for w, c in zip(_cols(r.wait_ms, frame), _cols(r.compute_ms, frame), strict=True)
+            if finite(w) and finite(c)
+        ]
         top = nice_top(totals, 1.0)
         for i, run in enumerate(runs[:8] if many else runs):
             if many:
@@ -92,18 +98,24 @@ def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[L
             tracks.append(Track(text=plain(f"… {len(runs) - 8} more ranks", "dim")))
     for a in frame.agentless:
         rows = area(a.wait_share, 100.0, size.rows(2, 1), "wait", glyphs)
-        values: list[Line] = [[_lbl("py-spy "), _val(f"pid {a.pid}")],
-                              [_lbl("data wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True)],
-                              [_lbl("checkpoint "), _val(fmt_pct(a.values.get("checkpoint_pct")))]]
+        values: list[Line] = [
+            [_lbl("py-spy "), _val(f"pid {a.pid}")],
+            [_lbl("data wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True)],
+            [_lbl("checkpoint "), _val(fmt_pct(a.values.get("checkpoint_pct")))],
+        ]
         if size.compact:
-            values = [[_lbl("py-spy wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True),
-                       _lbl(f" pid {a.pid}")]]
+            values = [
+                [_lbl("py-spy wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True), _lbl(f" pid {a.pid}")]
+            ]
         tracks.append(Track(["py-spy", "wait%"], rows, values))
     first = runs[0] if runs else None
     title: Line = [("Training", "text", True)]
     if first is not None and not many:
-        title += [_lbl(f" · {first.name} pid {first.pid}"), _lbl(f" · {first.loader}" if first.loader else ""),
-                  _lbl(f" · {first.state}" if first.state != "running" else "")]
+        title += [
+            _lbl(f" · {first.name} pid {first.pid}"),
+            _lbl(f" · {first.loader}" if first.loader else ""),
+            _lbl(f" · {first.state}" if first.state != "running" else ""),
+        ]
     elif many:
         title += [_lbl(f" · {len(runs)} ranks · {first.name if first else ''}")]
     if frame.agentless and not runs:
@@ -120,35 +132,73 @@ def _run_track(run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: i
     gutter = ["step", fmt_ms(top)] if not many else [run.label.replace("rank ", "rank"), fmt_ms(top)]
     if height == 1:
         gutter = [gutter[0]]
-    step_line: Line = [_lbl("step "), _val(fmt_ms(v.step_ms), bold=True), _lbl(" = wait "),
-                       _val(fmt_ms(v.wait_ms), "wait", True), _lbl(" + "), _val(fmt_ms(v.compute_ms), "compute", True)]
-    wait_line: Line = [_lbl("data wait "), _val(fmt_pct(v.wait_pct), "wait", True), _lbl(" · "),
-                       _val(fmt_num(v.samples_s, 0)), _lbl(" samples/s")]
-    steps_line: Line = [_lbl("steps "), _val(str(v.steps_total)), _lbl(" · "), _val(fmt_num(v.steps_s, 1)),
-                        _lbl("/s")]
+    step_line: Line = [
+        _lbl("step "),
+        _val(fmt_ms(v.step_ms), bold=True),
+        _lbl(" = wait "),
+        _val(fmt_ms(v.wait_ms), "wait", True),
+        _lbl(" + "),
+        _val(fmt_ms(v.compute_ms), "compute", True),
+    ]
+    wait_line: Line = [
+        _lbl("data wait "),
+        _val(fmt_pct(v.wait_pct), "wait", True),
+        _lbl(" · "),
+        _val(fmt_num(v.samples_s, 0)),
+        _lbl(" samples/s"),
+    ]
+    steps_line: Line = [_lbl("steps "), _val(str(v.steps_total)), _lbl(" · "), _val(fmt_num(v.steps_s, 1)), _lbl("/s")]
     if many:
-        values: list[Line] = [[_val(fmt_ms(v.step_ms), bold=True), _lbl(" wait "), _val(fmt_pct(v.wait_pct), "wait"),
-                               _lbl(" · "), _val(fmt_num(v.samples_s, 0)), _lbl("/s")]]
+        values: list[Line] = [
+            [
+                _val(fmt_ms(v.step_ms), bold=True),
+                _lbl(" wait "),
+                _val(fmt_pct(v.wait_pct), "wait"),
+                _lbl(" · "),
+                _val(fmt_num(v.samples_s, 0)),
+                _lbl("/s"),
+            ]
+        ]
         if height > 1:
             values.append([_lbl(f"pid {run.pid} "), _lbl(run.state if run.state != "running" else "")])
     elif size.compact and height < 4:
-        values = [[_val(fmt_ms(v.step_ms), bold=True), _lbl(" = "), _val(fmt_ms(v.wait_ms), "wait"), _lbl("+"),
-                   _val(fmt_ms(v.compute_ms), "compute")],
-                  [_lbl("wait "), _val(fmt_pct(v.wait_pct), "wait", True), _lbl(" "), _val(fmt_num(v.samples_s, 0)),
-                   _lbl(" smp/s")],
-                  steps_line]
+        values = [
+            [
+                _val(fmt_ms(v.step_ms), bold=True),
+                _lbl(" = "),
+                _val(fmt_ms(v.wait_ms), "wait"),
+                _lbl("+"),
+                _val(fmt_ms(v.compute_ms), "compute"),
+            ],
+            [
+                _lbl("wait "),
+                _val(fmt_pct(v.wait_pct), "wait", True),
+                _lbl(" "),
+                _val(fmt_num(v.samples_s, 0)),
+                _lbl(" smp/s"),
+            ],
+            steps_line,
+        ]
     else:
         values = [step_line, wait_line, steps_line]
         legend = _legend(glyphs)
         if legend:
             values.append(legend)
-    return Track(gutter, rows, values[:max(height, 1)])
+    return Track(gutter, rows, values[: max(height, 1)])
 
 
 def _legend(glyphs: Glyphs) -> Line:
     if glyphs.color:
-        return [("■", "wait", False), _lbl(" data wait  "), ("■", "compute", False), _lbl(" compute  "),
-                ("C", "mark", True), _lbl("kpt "), ("E", "mark", True), _lbl("val")]
+        return [
+            ("■", "wait", False),
+            _lbl(" data wait  "),
+            ("■", "compute", False),
+            _lbl(" compute  "),
+            ("C", "mark", True),
+            _lbl("kpt "),
+            ("E", "mark", True),
+            _lbl("val"),
+        ]
     if glyphs.unicode:
         return [_lbl("█ data wait  ▒ compute  C ckpt E eval")]
     return [_lbl("# data wait  = compute  C ckpt E eval")]
@@ -158,8 +208,7 @@ def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int) -> Trac
     top = nice_top(run.samples_s, 1.0)
     rows = area(run.samples_s if glyphs.braille else _cols(run.samples_s, frame), top, height, "rate", glyphs)
     v = run.values
-    values: list[Line] = [[_lbl("samples/s "), _val(fmt_num(v.samples_s, 0), "rate", True)],
-                          [_lbl(run.loader or "")]]
+    values: list[Line] = [[_lbl("samples/s "), _val(fmt_num(v.samples_s, 0), "rate", True)], [_lbl(run.loader or "")]]
     return Track(["thru", fmt_num(top, 0)], rows, values[:height])
 
 
@@ -169,8 +218,9 @@ def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int) -> Trac
 def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, list[Track]]:
     title: Line = [("GPU", "text", True)]
     if not frame.gpus:
-        return title, [Track(text=[("no NVIDIA GPU: ", "warning", True), (frame.gpu_error or "none found", "dim",
-                                                                            False)])]
+        return title, [
+            Track(text=[("no NVIDIA GPU: ", "warning", True), (frame.gpu_error or "none found", "dim", False)])
+        ]
     n = len(frame.gpus)
     full_rows = 3 if n <= 2 else 2 if n <= 4 else 1
     tracks = []
@@ -188,23 +238,44 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
         mem = f"{fmt_mb(v.get('mem_used_mb'))}/{fmt_mb(v.get('mem_total_mb'))}"
         power = f"{fmt_num(v.get('power_w'), 0)}/{fmt_num(v.get('power_limit_w'), 0)}W"
         mem_line: Line = [_lbl("mem "), _val(mem), _lbl(" · pwr "), _val(power)]
-        pcie_line: Line = [_lbl("pcie h2d "), _val(fmt_rate(v.get("pcie_rx_mb_s"))), _lbl(" d2h "),
-                           _val(fmt_rate(v.get("pcie_tx_mb_s")))]
+        pcie_line: Line = [
+            _lbl("pcie h2d "),
+            _val(fmt_rate(v.get("pcie_rx_mb_s"))),
+            _lbl(" d2h "),
+            _val(fmt_rate(v.get("pcie_tx_mb_s"))),
+        ]
         extra: Line
         if g.throttle:
             extra = [("throttled: ", "warning", True), (", ".join(g.throttle), "warning", False)]
         elif g.gpm:
-            extra = [_lbl("sm "), _val(fmt_pct(g.gpm.get("sm_active"))), _lbl(" tensor "),
-                     _val(fmt_pct(g.gpm.get("tensor_active"))), _lbl(" dram "), _val(fmt_pct(g.gpm.get("dram_bw")))]
+            extra = [
+                _lbl("sm "),
+                _val(fmt_pct(g.gpm.get("sm_active"))),
+                _lbl(" tensor "),
+                _val(fmt_pct(g.gpm.get("tensor_active"))),
+                _lbl(" dram "),
+                _val(fmt_pct(g.gpm.get("dram_bw"))),
+            ]
         else:
             clock = f"{fmt_num(v.get('sm_clock_mhz'), 0)}/{fmt_num(v.get('sm_clock_max_mhz'), 0)}"
             extra = [_lbl("clock "), _val(clock), _lbl(" MHz")]
         if height == 1:
-            values = [[_val(fmt_pct(v.get("util")), "util", True), _lbl(" "), _val(mem), _lbl(" "),
-                       _val(f"{fmt_num(v.get('power_w'), 0)}W"), ("!" if g.throttle else "", "warning", True)]]
+            values = [
+                [
+                    _val(fmt_pct(v.get("util")), "util", True),
+                    _lbl(" "),
+                    _val(mem),
+                    _lbl(" "),
+                    _val(f"{fmt_num(v.get('power_w'), 0)}W"),
+                    ("!" if g.throttle else "", "warning", True),
+                ]
+            ]
         else:
-            values = [util_line, mem_line, pcie_line, extra][:height] if height >= 4 else (
-                [util_line, mem_line, extra if (g.throttle or g.gpm) else pcie_line][:height])
+            values = (
+                [util_line, mem_line, pcie_line, extra][:height]
+                if height >= 4
+                else ([util_line, mem_line, extra if (g.throttle or g.gpm) else pcie_line][:height])
+            )
         tracks.append(Track([f"GPU{g.index}", "util%"][:height], rows, values))
     names = sorted({g.name for g in frame.gpus if g.name})
     if names:
@@ -220,26 +291,56 @@ def cpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
     v = c.values
     height = size.rows(3, 1)
     rows = bars([_cols(c.busy, frame), _cols(c.iowait, frame)], [BUSY, IOWAIT], 100.0, height, glyphs)
-    cpu_line: Line = [_lbl("cpu "), _val(fmt_pct(v.get("cpu.busy")), "busy", True), _lbl(" usr "),
-                      _val(fmt_num(v.get("cpu.user"), 0)), _lbl(" sys "), _val(fmt_num(v.get("cpu.system"), 0)),
-                      _lbl(" io "), _val(fmt_pct(v.get("cpu.iowait")), "iowait", True)]
-    mem_line: Line = [_lbl("mem "), _val(f"{fmt_mb(v.get('mem.used_mb'))}/{fmt_mb(v.get('mem.total_mb'))}"),
-                      _lbl(" "), _val(fmt_pct(v.get("mem.used_pct"))), _lbl(" swap "),
-                      _val(f"{fmt_mb(v.get('swap.used_mb'))}/{fmt_mb(v.get('swap.total_mb'))}")]
+    cpu_line: Line = [
+        _lbl("cpu "),
+        _val(fmt_pct(v.get("cpu.busy")), "busy", True),
+        _lbl(" usr "),
+        _val(fmt_num(v.get("cpu.user"), 0)),
+        _lbl(" sys "),
+        _val(fmt_num(v.get("cpu.system"), 0)),
+        _lbl(" io "),
+        _val(fmt_pct(v.get("cpu.iowait")), "iowait", True),
+    ]
+    mem_line: Line = [
+        _lbl("mem "),
+        _val(f"{fmt_mb(v.get('mem.used_mb'))}/{fmt_mb(v.get('mem.total_mb'))}"),
+        _lbl(" "),
+        _val(fmt_pct(v.get("mem.used_pct"))),
+        _lbl(" swap "),
+        _val(f"{fmt_mb(v.get('swap.used_mb'))}/{fmt_mb(v.get('swap.total_mb'))}"),
+    ]
     room = geo.values_w - 6
     cores = heat(c.per_core, glyphs, room)
     cores_line: Line = [_lbl("cores "), (cores, "busy", False)]
     if height == 1:
-        values = [[_val(fmt_pct(v.get("cpu.busy")), "busy", True), _lbl(" io "),
-                   _val(fmt_pct(v.get("cpu.iowait")), "iowait"), _lbl(" mem "), _val(fmt_pct(v.get("mem.used_pct"))),
-                   _lbl(" "), (heat(c.per_core, glyphs, max(0, geo.values_w - 20)), "busy", False)]]
+        values = [
+            [
+                _val(fmt_pct(v.get("cpu.busy")), "busy", True),
+                _lbl(" io "),
+                _val(fmt_pct(v.get("cpu.iowait")), "iowait"),
+                _lbl(" mem "),
+                _val(fmt_pct(v.get("mem.used_pct"))),
+                _lbl(" "),
+                (heat(c.per_core, glyphs, max(0, geo.values_w - 20)), "busy", False),
+            ]
+        ]
     else:
         values = [cpu_line, cores_line, mem_line]
         if height >= 4:
-            values.append([_lbl("load "), _val(fmt_num(v.get("load.1"), 2)), _lbl(" · "),
-                           _val(f"{v.get('cores', 0):.0f}" if finite(v.get("cores")) else "n/a"), _lbl(" cores")])
-    title: Line = [("CPU", "text", True), _lbl(f" · {v.get('cores', 0):.0f} cores" if finite(v.get("cores")) else ""),
-                   _lbl(f" · load {v['load.1']:.2f}" if finite(v.get("load.1")) else "")]
+            values.append(
+                [
+                    _lbl("load "),
+                    _val(fmt_num(v.get("load.1"), 2)),
+                    _lbl(" · "),
+                    _val(f"{v.get('cores', 0):.0f}" if finite(v.get("cores")) else "n/a"),
+                    _lbl(" cores"),
+                ]
+            )
+    title: Line = [
+        ("CPU", "text", True),
+        _lbl(f" · {v.get('cores', 0):.0f} cores" if finite(v.get("cores")) else ""),
+        _lbl(f" · load {v['load.1']:.2f}" if finite(v.get("load.1")) else ""),
+    ]
     return title, [Track(["CPU", "busy%"][:height], rows, values)]
 
 
@@ -259,14 +360,34 @@ def disk(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line,
         rows = bars([read, write], [READ, WRITE], top, height, glyphs)
         v = d.values
         if height == 1:
-            values = [[_lbl("r "), _val(fmt_rate(v.get("read_mb_s")), "read", True), _lbl(" w "),
-                       _val(fmt_rate(v.get("write_mb_s")), "write"), _lbl(" "), _val(fmt_pct(v.get("util_pct")))]]
+            values = [
+                [
+                    _lbl("r "),
+                    _val(fmt_rate(v.get("read_mb_s")), "read", True),
+                    _lbl(" w "),
+                    _val(fmt_rate(v.get("write_mb_s")), "write"),
+                    _lbl(" "),
+                    _val(fmt_pct(v.get("util_pct"))),
+                ]
+            ]
         else:
-            values = [[_lbl("read "), _val(fmt_rate(v.get("read_mb_s")), "read", True), _lbl(" write "),
-                       _val(fmt_rate(v.get("write_mb_s")), "write", True)],
-                      [_lbl("util "), _val(fmt_pct(v.get("util_pct"))), _lbl(" await r "),
-                       _val(fmt_num(v.get("r_await_ms"), 1)), _lbl(" w "), _val(fmt_num(v.get("w_await_ms"), 1)),
-                       _lbl(" ms")]]
+            values = [
+                [
+                    _lbl("read "),
+                    _val(fmt_rate(v.get("read_mb_s")), "read", True),
+                    _lbl(" write "),
+                    _val(fmt_rate(v.get("write_mb_s")), "write", True),
+                ],
+                [
+                    _lbl("util "),
+                    _val(fmt_pct(v.get("util_pct"))),
+                    _lbl(" await r "),
+                    _val(fmt_num(v.get("r_await_ms"), 1)),
+                    _lbl(" w "),
+                    _val(fmt_num(v.get("w_await_ms"), 1)),
+                    _lbl(" ms"),
+                ],
+            ]
         tracks.append(Track([d.name[:7], fmt_rate(top).replace("/s", "")][:height], rows, values))
     if len(frame.disks) > len(shown):
         title += [_lbl(f" · busiest {len(shown)} of {len(frame.disks)}")]

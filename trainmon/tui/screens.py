@@ -60,8 +60,10 @@ class HelpScreen(_Modal):
         for key, what in KEYS:
             text.append(f"{key:>10}  ", style="bold")
             text.append(what + "\n")
-        text.append("\nTRAINMON_GLYPHS=braille|block|ascii picks the chart characters; NO_COLOR turns colour off.\n",
-                    style="dim")
+        text.append(
+            "\nTRAINMON_GLYPHS=braille|block|ascii picks the chart characters; NO_COLOR turns colour off.\n",
+            style="dim",
+        )
         if self.extra:
             text.append(self.extra + "\n", style="dim")
         with VerticalScroll():

@@ -88,13 +88,15 @@ def detect(env: Mapping[str, str] | None = None) -> Glyphs:
 
 
 @lru_cache(maxsize=512)
-def style(fg: str | None, bg: str | None = None, *, bold: bool = False, reverse: bool = False,
-          color: bool = True) -> Style:
+def style(
+    fg: str | None, bg: str | None = None, *, bold: bool = False, reverse: bool = False, color: bool = True
+) -> Style:
     """The Rich style of a chart cell or a text run (cached: rendering asks for the same few all the time)."""
     if not color:
         return Style(bold=bold or None, reverse=reverse or None)
     fg_color = PALETTE.get(fg, fg) if fg else None
     if fg_color and " on " in fg_color:
         fg_color, bg = fg_color.split(" on ")
-    return Style(color=fg_color, bgcolor=PALETTE.get(bg, bg) if bg else None, bold=bold or None,
-                 reverse=reverse or None)
+    return Style(
+        color=fg_color, bgcolor=PALETTE.get(bg, bg) if bg else None, bold=bold or None, reverse=reverse or None
+    )

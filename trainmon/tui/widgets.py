@@ -103,8 +103,13 @@ class Banner(GridWidget):
         else:
             sev = v.severity if v.code != "insufficient_data" else "none"
             badge = SEVERITY_BADGE.get(v.severity, f" {v.severity.upper()} ")
-            head: Line = [(badge, f"badge-{sev}" if g.color else None, True), (" ", None, False), (v.code, sev, True),
-                          ("  ", None, False), (v.summary, "text", False)]
+            head: Line = [
+                (badge, f"badge-{sev}" if g.color else None, True),
+                (" ", None, False),
+                (v.code, sev, True),
+                ("  ", None, False),
+                (v.summary, "text", False),
+            ]
             if compact:
                 strips.append(text_strip(geo, g, crop_line(head, geo.width)))
             else:
@@ -150,8 +155,10 @@ class Banner(GridWidget):
         if v is not None and v.since_s is not None:
             since = [("held ", "label", False), (fmt_num(v.since_s, 0) + "s", "value", False)]
         if v is not None:
-            since += [(" · ", "label", False), (f"{len(v.findings)} finding{'s' if len(v.findings) != 1 else ''}",
-                                                "label", False)]
+            since += [
+                (" · ", "label", False),
+                (f"{len(v.findings)} finding{'s' if len(v.findings) != 1 else ''}", "label", False),
+            ]
         return grid_strip(geo, g, "cause", cells, since, frame.axis.cursor_col)
 
 
@@ -168,8 +175,8 @@ class TimeAxis(GridWidget):
             if col >= cols:
                 continue
             start = max(0, min(cols - len(label), col - len(label) + 1))
-            if all(ch == " " for ch in chars[max(0, start - 1):start + len(label)]):
-                chars[start:start + len(label)] = list(label)
+            if all(ch == " " for ch in chars[max(0, start - 1) : start + len(label)]):
+                chars[start : start + len(label)] = list(label)
         cells: list[Cell] = [(ch, "label", None) for ch in chars]
         cursor = axis.cursor_col
         if cursor is not None and cursor < cols:
@@ -194,8 +201,16 @@ def fmt_window(window_s: float) -> str:
 
 # ---------------------------------------------------------------- process table
 
-COLUMNS = (("pid", "PID", 7), ("role", "ROLE", 6), ("cpu", "CPU%", 4), ("rsd", "R/S/D %", 9), ("rss", "RSS", 6),
-           ("read", "READ", 7), ("gpu", "GPU MEM", 7), ("name", "NAME", 16))
+COLUMNS = (
+    ("pid", "PID", 7),
+    ("role", "ROLE", 6),
+    ("cpu", "CPU%", 4),
+    ("rsd", "R/S/D %", 9),
+    ("rss", "RSS", 6),
+    ("read", "READ", 7),
+    ("gpu", "GPU MEM", 7),
+    ("name", "NAME", 16),
+)
 CELL_PADDING = 1
 _ROLE_RANK = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
@@ -205,8 +220,16 @@ def proc_cells(row: ProcRow) -> tuple[str, ...]:
         return f"{x * 100:.0f}" if finite(x) else "-"
 
     rsd = f"{pct(row.state_r)}/{pct(row.state_s)}/{pct(row.state_d)}"
-    return (str(row.pid), row.role, fmt_num(row.cpu_pct, 0), rsd, fmt_mb(row.rss_mb), fmt_rate(row.read_mb_s),
-            fmt_mb(row.gpu_mb) if finite(row.gpu_mb) else "-", row.name or "")
+    return (
+        str(row.pid),
+        row.role,
+        fmt_num(row.cpu_pct, 0),
+        rsd,
+        fmt_mb(row.rss_mb),
+        fmt_rate(row.read_mb_s),
+        fmt_mb(row.gpu_mb) if finite(row.gpu_mb) else "-",
+        row.name or "",
+    )
 
 
 class ProcTable(DataTable):
