@@ -18,6 +18,7 @@ from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
+from trainmon.labels import run_label, status_run_part, status_text
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
@@ -135,7 +136,7 @@ class Monitor:
             for run in self.store.runs.values():
                 if not run.connected and run.ended:
                     continue
-                pids[run.pid] = "rank" if (run.hello.get("world_size") or 1) > 1 else "main"
+                pids[run.pid] = run.role
                 for pid in run.worker_pids():
                     pids[pid] = "worker"
         return pids
@@ -272,14 +273,10 @@ class _PySpySource:
 
 def status_line(snap: Snapshot) -> str:
     """One line for terminals without the TUI: steps/s, data-wait %, verdict."""
-    clock = time.strftime("%H:%M:%S")
     live = [r for r in snap.runs if r.connected] or snap.runs[-1:]
-    parts = []
-    for r in live[:4]:
-        who = f"rank {r.rank}" if r.rank is not None else f"pid {r.pid}"
-        wait = f"{r.wait_fraction:5.1%}" if r.wait_fraction == r.wait_fraction else "  n/a"
-        parts.append(f"{who}: {r.steps_per_s:6.1f} steps/s, data wait {wait}, {r.steps} steps")
-    runs = " | ".join(parts) if parts else "waiting for a training process to attach"
+    parts = [status_run_part(run_label(r.rank, r.pid), r.steps_per_s, r.wait_fraction, r.steps) for r in live[:4]]
     v = snap.verdict
-    verdict = f"{v.code}: {v.summary}" if v is not None else "…"
-    return f"{clock}  {runs}  ▶ {verdict}"
+    text = status_text(
+        parts, (v.code, v.summary) if v is not None else None, "waiting for a training process to attach"
+    )
+    return f"{time.strftime('%H:%M:%S')}  {text}"

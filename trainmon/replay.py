@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.rules import Thresholds
+from trainmon.labels import status_run_part, status_text
 from trainmon.store.store import Store
 from trainmon.view import VerdictPoint, clip_points, fmt_elapsed, run_values
 
@@ -210,10 +211,8 @@ def status_lines(feed: ReplayFeed, every_s: float = 1.0) -> Iterator[str]:
             runs = [r for r in feed.store.runs.values() if r.first_seen <= t <= r.last_seen + 1.0]
             for run in runs[:4]:
                 v = run_values(run, t)
-                who = f"rank {run.rank}" if run.rank is not None else f"pid {run.pid}"
-                wait = f"{v.wait_pct / 100:5.1%}" if v.wait_pct == v.wait_pct else "  n/a"
                 steps_s = v.steps_s if v.steps_s == v.steps_s else 0.0
-                parts.append(f"{who}: {steps_s:6.1f} steps/s, data wait {wait}, {v.steps_total} steps")
-        text = " | ".join(parts) if parts else "no training process attached"
-        shown = f"{verdict.code}: {verdict.summary}" if verdict is not None else "…"
-        yield f"+{fmt_elapsed(t - feed.clock.start)} {clock}  {text}  ▶ {shown}"
+                parts.append(status_run_part(run.label, steps_s, v.wait_pct / 100, v.steps_total))
+        shown = (verdict.code, verdict.summary) if verdict is not None else None
+        text = status_text(parts, shown, "no training process attached")
+        yield f"+{fmt_elapsed(t - feed.clock.start)} {clock}  {text}"

@@ -17,6 +17,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmon.labels import main_role, run_label
 from trainmon.protocol import (
     K_CKPT,
     K_EXPOSED,
@@ -199,6 +200,16 @@ class Run:
     @property
     def host(self) -> str:
         return str(self.hello.get("host") or "")
+
+    @property
+    def label(self) -> str:
+        """ "rank N" or "pid N": how every view names this run."""
+        return run_label(self.rank, self.pid)
+
+    @property
+    def role(self) -> str:
+        """The main process's role in the process table ("rank" or "main")."""
+        return main_role(self.hello)
 
     @property
     def job_key(self) -> tuple:

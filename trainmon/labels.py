@@ -1,0 +1,32 @@
+"""How trainmon names things to people: a run, a process's role, the step-rate status line.
+
+Every view (TUI, status line, report, diagnosis evidence) calls these, so a run is called the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def run_label(rank: int | None, pid: int) -> str:
+    """ "rank N" for a distributed run, else "pid N"."""
+    return f"rank {rank}" if rank is not None else f"pid {pid}"
+
+
+def main_role(hello: dict[str, Any]) -> str:
+    """The role of a run's main process in the process table: "rank" in a multi-process job, else "main"."""
+    return "rank" if (hello.get("world_size") or 1) > 1 else "main"
+
+
+def status_run_part(label: str, steps_per_s: float, wait_fraction: float, steps: int) -> str:
+    """One run's part of the status line (NaN wait → n/a)."""
+    wait = f"{wait_fraction:5.1%}" if wait_fraction == wait_fraction else "  n/a"
+    return f"{label}: {steps_per_s:6.1f} steps/s, data wait {wait}, {steps} steps"
+
+
+def status_text(parts: Iterable[str], verdict: tuple[str, str] | None, idle: str) -> str:
+    """The runs' parts joined, then the verdict (code, summary) or "…" while none holds yet."""
+    runs = " | ".join(parts) or idle
+    shown = f"{verdict[0]}: {verdict[1]}" if verdict is not None else "…"
+    return f"{runs}  ▶ {shown}"
