@@ -19,6 +19,7 @@ from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
 from trainmon.labels import run_label, status_run_part, status_text
+from trainmon.metrics import PROC
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
@@ -224,8 +225,8 @@ class Monitor:
             try:
                 for pid, usage in self.gpu.process_usage().items():
                     if pid in tracked:
-                        values[f"proc.{pid}.gpu_mem_mb"] = float(usage.get("mem_mb", math.nan))
-                        values[f"proc.{pid}.gpu_sm_pct"] = float(usage.get("sm_pct", math.nan))
+                        values[PROC.key(pid, "gpu_mem_mb")] = float(usage.get("mem_mb", math.nan))
+                        values[PROC.key(pid, "gpu_sm_pct")] = float(usage.get("sm_pct", math.nan))
             except Exception:
                 log.debug("GPU process usage failed", exc_info=True)
         return values

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from trainmon.diagnose.window import mean
+from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
@@ -57,8 +57,8 @@ class Evidence:
 
 
 def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
-    def m(key: str) -> float:
-        return mean(store.values_between(f"proc.{pid}.{key}", t0, t1))
+    def m(field: str) -> float:
+        return mean(store.values_between(PROC.key(pid, field), t0, t1))
 
     def state(letter: str) -> float:
         # The main thread is the one that works (a worker's or the training loop's); helper threads
@@ -67,57 +67,41 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
         return main if main == main else m(f"state_{letter}")
 
     return ProcEvidence(
-        pid, m("cpu_pct"), state("R"), state("S"), state("D"), m("read_mb_s"), m("rchar_mb_s"), m("runq_wait_ms_s")
+        pid,
+        m("cpu_pct"),
+        state("R"),
+        state("S"),
+        state("D"),
+        m("read_mb_s"),
+        m("rchar_mb_s"),
+        m("runq_wait_ms_s"),
     )
-
-
-LIMITING_THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-
-
-_DISK_UTIL = re.compile(r"disk\.([^.]+)\.util_pct$")
-_GPU_UTIL = re.compile(r"gpu\.(\d+)\.util$")
-
-
-def host_index(store: Store) -> tuple[list[str], list[int]]:
-    """The disks and GPU indices the store has series of; rescanned only when its set of series changes."""
-    hit = store.derived.get("host_index")
-    if hit is not None and hit[0] == store.series_version:
-        return hit[1], hit[2]
-    disks = [m.group(1) for n in store.series if (m := _DISK_UTIL.match(n))]
-    gpus = sorted({int(m.group(1)) for n in store.series if (m := _GPU_UTIL.match(n))})
-    store.derived["host_index"] = (store.series_version, disks, gpus)
-    return disks, gpus
 
 
 def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
     ev = Evidence(proc_evidence(store, run.pid, t0, t1))
     ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
-    disks, gpus = host_index(store)
-    for disk in disks:
-        util = mean(store.values_between(f"disk.{disk}.util_pct", t0, t1))
+    index = store.index()
+    for disk in index.ids(DISK, "util_pct"):
+        util = mean(store.values_between(DISK.key(disk, "util_pct"), t0, t1))
         if util == util and not util <= (ev.disk_util_max if ev.disk_util_max == ev.disk_util_max else -1):
             ev.disk_util_max = util
             ev.disk_busiest = disk
-            ev.disk_await_max = mean(store.values_between(f"disk.{disk}.r_await_ms", t0, t1))
-    used = [g for g in gpus if f"proc.{run.pid}.gpu_mem_mb" in store.series] or gpus
+            ev.disk_await_max = mean(store.values_between(DISK.key(disk, "r_await_ms"), t0, t1))
+    gpus = index.int_ids(GPU, "util")
+    used = [g for g in gpus if PROC.key(run.pid, "gpu_mem_mb") in store.series] or gpus
     ev.gpus = used
     if used:
-        utils = [mean(store.values_between(f"gpu.{g}.util", t0, t1)) for g in used]
-        ev.gpu_util = mean(utils)
-        ev.gpu_util_min = mean(mean(store.values_between(f"gpu.{g}.util_min", t0, t1)) for g in used)
-        mem = [
-            mean(store.values_between(f"gpu.{g}.mem_used_mb", t0, t1))
-            / (store.latest(f"gpu.{g}.mem_total_mb") or NAN)
-            * 100
-            for g in used
-        ]
+
+        def gpu_mean(g: int, field: str) -> float:
+            return mean(store.values_between(GPU.key(g, field), t0, t1))
+
+        ev.gpu_util = mean(gpu_mean(g, "util") for g in used)
+        ev.gpu_util_min = mean(gpu_mean(g, "util_min") for g in used)
+        mem = [gpu_mean(g, "mem_used_mb") / (store.latest(GPU.key(g, "mem_total_mb")) or NAN) * 100 for g in used]
         ev.gpu_mem_pct = max((x for x in mem if x == x), default=NAN)
-        ev.gpu_pcie_rx_mb_s = (
-            sum(x for g in used if (x := mean(store.values_between(f"gpu.{g}.pcie_rx_mb_s", t0, t1))) == x)
-            if used
-            else NAN
-        )
-        masks = [v for g in used for v in store.values_between(f"gpu.{g}.throttle", t0, t1) if v == v]
+        ev.gpu_pcie_rx_mb_s = sum(x for g in used if (x := gpu_mean(g, "pcie_rx_mb_s")) == x)
+        masks = [v for g in used for v in store.values_between(GPU.key(g, "throttle"), t0, t1) if v == v]
         if masks:
             limited = [int(v) & LIMITING_THROTTLE for v in masks]
             ev.gpu_throttle_share = sum(1 for v in limited if v) / len(limited)

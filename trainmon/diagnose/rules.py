@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.window import HostWindow, RunWindow, quantile
+from trainmon.metrics import limiting_reasons
+from trainmon.numbers import is_nan, rounded
 
 
 @dataclass
@@ -48,18 +50,9 @@ class Thresholds:
     hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
 
 
-def _nan(x: float) -> bool:
-    return x != x
-
-
-def label(w: RunWindow) -> str:
-    rank = w.run.rank
-    return f"rank {rank}" if rank is not None else f"pid {w.run.pid}"
-
-
 def base_evidence(w: RunWindow) -> dict:
     return {
-        "run": label(w),
+        "run": w.run.label,
         "steps": w.steps,
         "window_s": round(w.span_s, 2),
         "data_wait_fraction": round(w.wait_fraction, 4),
@@ -70,10 +63,6 @@ def base_evidence(w: RunWindow) -> dict:
     }
 
 
-def _r(x: float, digits: int = 1) -> float | None:
-    return None if _nan(x) else round(x, digits)
-
-
 def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
     if w.steps >= th.min_steps:
         return None
@@ -82,7 +71,7 @@ def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
         "ok",
         f"{w.steps} steady-state steps so far ({w.warm_steps} warm-up); need {th.min_steps} to judge",
         ["keep training; trainmon judges once warm-up is over"],
-        {"run": label(w), "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
+        {"run": w.run.label, "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
     )
 
 
@@ -91,26 +80,26 @@ def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
 
 def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.wait_fraction
-    if _nan(f) or f <= th.wait_warning:
+    if is_nan(f) or f <= th.wait_warning:
         return None
     exposed = w.exposed_fraction
-    if not _nan(exposed) and exposed < th.exposed_min_share * f and exposed <= th.wait_warning:
+    if not is_nan(exposed) and exposed < th.exposed_min_share * f and exposed <= th.wait_warning:
         return None  # the GPU stayed busy through the waits: nothing is starved
     severity = "critical" if f >= th.wait_critical else "warning"
     evidence = base_evidence(w) | {
-        "host_cpu_busy_pct": _r(host.cpu_busy),
-        "host_iowait_pct": _r(host.cpu_iowait),
+        "host_cpu_busy_pct": rounded(host.cpu_busy, 1),
+        "host_iowait_pct": rounded(host.cpu_iowait, 1),
         "cores": host.cores,
-        "workers_cpu_pct_mean": _r(ev.workers_mean("cpu_pct")),
-        "workers_state_D": _r(ev.workers_mean("state_d"), 3),
-        "workers_runq_ms_s": _r(ev.workers_mean("runq_ms_s")),
-        "workers_read_mb_s": _r(ev.workers_sum("read_mb_s"), 2),
-        "workers_rchar_mb_s": _r(ev.workers_sum("rchar_mb_s"), 2),
+        "workers_cpu_pct_mean": rounded(ev.workers_mean("cpu_pct"), 1),
+        "workers_state_D": rounded(ev.workers_mean("state_d"), 3),
+        "workers_runq_ms_s": rounded(ev.workers_mean("runq_ms_s"), 1),
+        "workers_read_mb_s": rounded(ev.workers_sum("read_mb_s"), 2),
+        "workers_rchar_mb_s": rounded(ev.workers_sum("rchar_mb_s"), 2),
         "disk_busiest": ev.disk_busiest,
-        "disk_util_pct": _r(ev.disk_util_max),
-        "disk_r_await_ms": _r(ev.disk_await_max, 2),
-        "main_cpu_pct": _r(ev.main.cpu_pct),
-        "exposed_fraction": _r(exposed, 4),
+        "disk_util_pct": rounded(ev.disk_util_max, 1),
+        "disk_r_await_ms": rounded(ev.disk_await_max, 2),
+        "main_cpu_pct": rounded(ev.main.cpu_pct, 1),
+        "exposed_fraction": rounded(exposed, 4),
     }
     pct = f"{f:.0%}"
     workers = w.loader.get("num_workers")
@@ -141,25 +130,25 @@ def _io_finding(
     cpu = ev.workers_mean("cpu_pct")
     # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
     block_reads = (
-        not _nan(read)
+        not is_nan(read)
         and read >= th.disk_read_mb_s
-        and (_nan(rchar) or read >= 0.5 * rchar)
-        and not _nan(cpu)
+        and (is_nan(rchar) or read >= 0.5 * rchar)
+        and not is_nan(cpu)
         and cpu < th.worker_busy_pct
     )
     disk_bound = (
         block_reads
-        or (not _nan(d_state) and d_state >= th.io_d_state)
-        or (not _nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not _nan(read) and read > 0.5)
-        or (not _nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+        or (not is_nan(d_state) and d_state >= th.io_d_state)
+        or (not is_nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not is_nan(read) and read > 0.5)
+        or (not is_nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
     )
     if disk_bound:
         disk = (
             f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
-            if ev.disk_busiest and not _nan(ev.disk_util_max)
+            if ev.disk_busiest and not is_nan(ev.disk_util_max)
             else "disk busy"
         )
-        blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not _nan(d_state) else "high iowait"
+        blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not is_nan(d_state) else "high iowait"
         evidence["sub_cause"] = "disk"
         return Finding(
             "input.io",
@@ -174,10 +163,10 @@ def _io_finding(
             evidence,
         )
     remote = (
-        not _nan(rchar)
+        not is_nan(rchar)
         and rchar >= th.remote_rchar_mb_s
-        and (_nan(read) or read < 0.25 * rchar)
-        and (_nan(cpu) or cpu < th.worker_busy_pct)
+        and (is_nan(read) or read < 0.25 * rchar)
+        and (is_nan(cpu) or cpu < th.worker_busy_pct)
     )
     if remote:
         evidence["sub_cause"] = "remote"
@@ -185,7 +174,7 @@ def _io_finding(
             "input.io",
             severity,
             f"{pct} of each step waits on data; the workers read {rchar:.1f} MB/s through the network or a remote "
-            f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not _nan(cpu) else 0:.0%} "
+            f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not is_nan(cpu) else 0:.0%} "
             "of the time: remote reads are the bottleneck",
             [
                 "stage the dataset on local disk before training, or cache it after the first epoch",
@@ -210,24 +199,24 @@ def _cpu_finding(
     n = workers or 1
     cpu = ev.workers_mean("cpu_pct")
     runq = ev.workers_mean("runq_ms_s")
-    cpu_bound = (not _nan(cpu) and cpu >= th.worker_busy_pct) or (
-        not _nan(runq) and runq >= th.runq_starved_ms_s and not _nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
+    cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
     )
-    saturated = (not _nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
-        not _nan(runq) and runq >= th.runq_starved_ms_s * 2
+    saturated = (not is_nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s * 2
     )
-    if _nan(cpu):  # no per-process figures: judge by the host alone
+    if is_nan(cpu):  # no per-process figures: judge by the host alone
         cpu_bound = True
-    idle_cores = host.cores * (1 - host.cpu_busy / 100) if not _nan(host.cpu_busy) else math.nan
+    idle_cores = host.cores * (1 - host.cpu_busy / 100) if not is_nan(host.cpu_busy) else math.nan
     if cpu_bound and saturated:
         evidence["sub_cause"] = "cpu"
-        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not _nan(runq) and runq > 50 else ""
+        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
         return Finding(
             "input.workers_cpu",
             severity,
             f"{pct} of each step waits on data; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
             f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound"
-            if not _nan(cpu)
+            if not is_nan(cpu)
             else f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
             "CPU-bound",
             [
@@ -238,7 +227,7 @@ def _cpu_finding(
             evidence,
         )
     needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
-    if cpu_bound and not _nan(idle_cores):
+    if cpu_bound and not is_nan(idle_cores):
         needed = min(needed, n + max(1, int(idle_cores + 0.5)))
     needed = max(needed, n + 1)
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
@@ -247,10 +236,10 @@ def _cpu_finding(
         summary = (
             f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
             f"{idle_cores:.1f} of {host.cores} cores are idle"
-            if not _nan(cpu)
+            if not is_nan(cpu)
             else f"{pct} of each step waits on data with {n} workers and idle cores"
         )
-        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not _nan(idle_cores) else ""
+        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
     else:
         summary = (
             f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
@@ -297,7 +286,7 @@ def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
 
 
 def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
-    if w.steps < th.min_steps or _nan(w.step_p50_s):
+    if w.steps < th.min_steps or is_nan(w.step_p50_s):
         return None
     limit = w.step_p50_s * th.long_step_factor
     longest = w.long_durations(limit)  # exact and C-level: most windows have no candidate at all
@@ -327,8 +316,8 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     ev = base_evidence(w) | {
         "long_steps": len(long_steps),
         "long_step_share": round(share, 4),
-        "period_s": _r(period, 2),
-        "long_step_ms_p50": _r(quantile([e - s for s, e in long_steps], 0.5) * 1e3),
+        "period_s": rounded(period, 2),
+        "long_step_ms_p50": rounded(quantile([e - s for s, e in long_steps], 0.5) * 1e3, 1),
         "phases": names,
     }
     return Finding(
@@ -350,7 +339,7 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
 
 def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.wait_fraction
-    if _nan(f) or f > th.wait_warning or _nan(ev.gpu_util) or _nan(ev.main.cpu_pct):
+    if is_nan(f) or f > th.wait_warning or is_nan(ev.gpu_util) or is_nan(ev.main.cpu_pct):
         return None
     if host_to_device(w, ev, th) is not None:
         return None  # the copies explain the idle GPU better than generic host overhead
@@ -366,17 +355,17 @@ def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
             "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
             "press d on the main process to see where its time goes",
         ],
-        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util), "main_cpu_pct": _r(ev.main.cpu_pct)},
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "main_cpu_pct": rounded(ev.main.cpu_pct, 1)},
     )
 
 
 def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     """Pageable copies: the GPU idles while large host→device transfers run from unpinned memory."""
-    if _nan(ev.gpu_util) or _nan(ev.gpu_pcie_rx_mb_s) or w.loader.get("pin_memory"):
+    if is_nan(ev.gpu_util) or is_nan(ev.gpu_pcie_rx_mb_s) or w.loader.get("pin_memory"):
         return None
     if ev.gpu_util >= th.host_overhead_gpu_util or ev.gpu_pcie_rx_mb_s < th.h2d_pcie_rx_mb_s:
         return None
-    main_busy = not _nan(ev.main.cpu_pct) and ev.main.cpu_pct >= th.host_overhead_main_cpu
+    main_busy = not is_nan(ev.main.cpu_pct) and ev.main.cpu_pct >= th.host_overhead_main_cpu
     return Finding(
         "input.host_to_device",
         "critical" if ev.gpu_util < 40 else "warning",
@@ -388,8 +377,8 @@ def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None
         ],
         base_evidence(w)
         | {
-            "gpu_util_pct": _r(ev.gpu_util),
-            "pcie_rx_mb_s": _r(ev.gpu_pcie_rx_mb_s),
+            "gpu_util_pct": rounded(ev.gpu_util, 1),
+            "pcie_rx_mb_s": rounded(ev.gpu_pcie_rx_mb_s, 1),
             "pin_memory": False,
             "main_cpu_busy": main_busy,
         },
@@ -397,7 +386,7 @@ def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None
 
 
 def gpu_memory(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
-    if _nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
+    if is_nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
         return None
     return Finding(
         "memory.gpu_pressure",
@@ -407,23 +396,14 @@ def gpu_memory(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
             "use activation checkpointing or AMP (bf16) to cut activation memory",
             "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
         ],
-        {"run": label(w), "gpu_mem_pct": _r(ev.gpu_mem_pct), "gpus": ev.gpus},
+        {"run": w.run.label, "gpu_mem_pct": rounded(ev.gpu_mem_pct, 1), "gpus": ev.gpus},
     )
 
 
-THROTTLE_NAMES = {
-    0x4: "power cap",
-    0x8: "hardware slowdown",
-    0x20: "software thermal",
-    0x40: "hardware thermal",
-    0x80: "power brake",
-}
-
-
 def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
-    if _nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
+    if is_nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
         return None
-    reasons = [name for bit, name in THROTTLE_NAMES.items() if ev.gpu_throttle_bits & bit]
+    reasons = [r.long for r in limiting_reasons(ev.gpu_throttle_bits)]
     return Finding(
         "gpu.throttled",
         "warning",
@@ -432,39 +412,39 @@ def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
             "check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
             "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum",
         ],
-        {"run": label(w), "throttle_share": _r(ev.gpu_throttle_share, 3), "reasons": reasons, "gpus": ev.gpus},
+        {"run": w.run.label, "throttle_share": rounded(ev.gpu_throttle_share, 3), "reasons": reasons, "gpus": ev.gpus},
     )
 
 
 def host_memory(host: HostWindow, th: Thresholds) -> Finding | None:
     mem, swap = host.mem_used_pct_max, host.swap_growth_mb
-    if (not _nan(mem) and mem >= th.host_mem_pct) or (not _nan(swap) and swap >= th.swap_growth_mb):
+    if (not is_nan(mem) and mem >= th.host_mem_pct) or (not is_nan(swap) and swap >= th.swap_growth_mb):
         return Finding(
             "memory.host_pressure",
-            "critical" if not _nan(swap) and swap >= th.swap_growth_mb else "warning",
-            f"host memory {mem:.0f}% used, swap grew {0 if _nan(swap) else swap:.0f} MB in the window",
+            "critical" if not is_nan(swap) and swap >= th.swap_growth_mb else "warning",
+            f"host memory {mem:.0f}% used, swap grew {0 if is_nan(swap) else swap:.0f} MB in the window",
             [
                 "reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
                 "keep datasets as memory-mapped arrays or tensors instead of lists of Python objects",
             ],
-            {"mem_used_pct_max": _r(mem), "swap_growth_mb": _r(swap)},
+            {"mem_used_pct_max": rounded(mem, 1), "swap_growth_mb": rounded(swap, 1)},
         )
     return None
 
 
 def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.starving_fraction
-    if _nan(f) or f > th.wait_warning:
+    if is_nan(f) or f > th.wait_warning:
         return None
     sps = w.samples_per_s
-    rate = f", {sps:.0f} samples/s" if not _nan(sps) else ""
-    gpu = f", GPU {ev.gpu_util:.0f}% busy" if not _nan(ev.gpu_util) else ""
+    rate = f", {sps:.0f} samples/s" if not is_nan(sps) else ""
+    gpu = f", GPU {ev.gpu_util:.0f}% busy" if not is_nan(ev.gpu_util) else ""
     return Finding(
         "ok.compute_bound",
         "ok",
         f"data wait is {f:.1%} of the step; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
         ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
-        base_evidence(w) | {"gpu_util_pct": _r(ev.gpu_util)},
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1)},
     )
 
 
@@ -494,8 +474,8 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
         gap = ratio - 1
     sub = sub_causes.get(id(slow))
     sub_code = sub.code if sub is not None and sub.code.startswith("input.") else None
-    who = label(slow)
-    peers = ", ".join(label(w) for w in others)
+    who = slow.run.label
+    peers = ", ".join(w.run.label for w in others)
     if kind == "data":
         summary = (
             f"{who} is the straggler: it waits {slow.wait_fraction:.0%} of each step on data while "
@@ -522,7 +502,7 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
             "gap": round(gap, 4),
             "sub_cause": sub_code,
             "ranks": {
-                label(w): {
+                w.run.label: {
                     "data_wait_fraction": round(w.wait_fraction, 4),
                     "step_time_ms_p50": round(w.step_p50_s * 1e3, 2),
                 }

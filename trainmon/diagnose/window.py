@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import weakref
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -151,16 +152,20 @@ class RunWindow:
 def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
     """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``.
 
-    Memoised on the run (steps so far, window): the engine and the status line ask for the same window
-    every tick. Windows are read-only for their users.
+    Memoised per run (steps so far, window): the engine and the status line ask for the same window
+    every tick. Windows are read-only for their users. The memo holds runs weakly, so a run the store
+    forgets takes its latest window (and its step table) with it.
     """
     key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
-    hit = run.window_memo
+    hit = _latest_window.get(run)
     if hit is not None and hit[0] == key:
         return hit[1]
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s)
-    run.window_memo = (key, w)
+    _latest_window[run] = (key, w)
     return w
+
+
+_latest_window: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], RunWindow]] = weakref.WeakKeyDictionary()
 
 
 def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback_s: float) -> RunWindow:

@@ -8,10 +8,9 @@ ratios 0..1 or explicit ``_percent``), ``_total`` for counters; labels ``host``,
 from __future__ import annotations
 
 import math
-import re
 import socket
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
@@ -22,38 +21,31 @@ from prometheus_client.core import (
 )
 
 from trainmon.diagnose.findings import CODES
+from trainmon.metrics import DISK, GPU, HOST, Family, Field
 from trainmon.protocol import parse_tcp
 
-MB = 1024 * 1024
-GPU_METRICS = {  # series suffix → (metric, help, scale)
-    "util": ("trainmon_gpu_utilization_percent", "GPU utilisation (NVML)", 1.0),
-    "util_min": ("trainmon_gpu_utilization_min_percent", "lowest GPU utilisation sample in the last tick", 1.0),
-    "mem_used_mb": ("trainmon_gpu_memory_used_bytes", "GPU memory used", MB),
-    "mem_total_mb": ("trainmon_gpu_memory_total_bytes", "GPU memory total", MB),
-    "power_w": ("trainmon_gpu_power_watts", "GPU power draw", 1.0),
-    "power_limit_w": ("trainmon_gpu_power_limit_watts", "GPU enforced power limit", 1.0),
-    "temp_c": ("trainmon_gpu_temperature_celsius", "GPU temperature", 1.0),
-    "sm_clock_mhz": ("trainmon_gpu_sm_clock_hertz", "GPU SM clock", 1e6),
-    "pcie_rx_mb_s": ("trainmon_gpu_pcie_rx_bytes_per_second", "PCIe host→device throughput", MB),
-    "pcie_tx_mb_s": ("trainmon_gpu_pcie_tx_bytes_per_second", "PCIe device→host throughput", MB),
-    "throttle": ("trainmon_gpu_clock_event_reasons", "NVML clock-event (throttle) reasons bitmask", 1.0),
-    "gpm.sm_active": ("trainmon_gpu_sm_active_percent", "GPM SM activity", 1.0),
-    "gpm.tensor_active": ("trainmon_gpu_tensor_active_percent", "GPM tensor pipe activity", 1.0),
-}
-DISK_METRICS = {
-    "read_mb_s": ("trainmon_disk_read_bytes_per_second", "disk read throughput", MB),
-    "write_mb_s": ("trainmon_disk_write_bytes_per_second", "disk write throughput", MB),
-    "util_pct": ("trainmon_disk_utilization_percent", "disk busy time (iostat %util)", 1.0),
-    "r_await_ms": ("trainmon_disk_read_await_seconds", "average read latency (iostat r_await)", 1e-3),
-    "w_await_ms": ("trainmon_disk_write_await_seconds", "average write latency (iostat w_await)", 1e-3),
-}
-HOST_METRICS = {
-    "cpu.busy": ("trainmon_cpu_busy_percent", "host CPU busy (all cores)", 1.0),
-    "cpu.iowait": ("trainmon_cpu_iowait_percent", "host CPU iowait", 1.0),
-    "mem.used_pct": ("trainmon_memory_used_percent", "host memory used", 1.0),
-    "swap.used_mb": ("trainmon_swap_used_bytes", "swap used", MB),
-    "load.1": ("trainmon_load1", "1-minute load average", 1.0),
-}
+if TYPE_CHECKING:
+    from trainmon.monitor import Snapshot
+    from trainmon.store.store import Store
+
+
+def _exported(fields: Mapping[str, Field]) -> dict[str, Field]:
+    """The fields of a schema table that have a Prometheus name, by series field."""
+    return {name: f for name, f in fields.items() if f.prom is not None}
+
+
+HOST_EXPORTS = _exported(HOST)
+FAMILY_EXPORTS = {family.name: _exported(family.fields) for family in (GPU, DISK)}
+
+
+class MonitorState(Protocol):
+    """What the exporter reads of the headless Monitor at scrape time."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def last_snapshot(self) -> Snapshot | None: ...
 
 
 def _ok(v: float | None) -> bool:
@@ -63,7 +55,7 @@ def _ok(v: float | None) -> bool:
 class MonitorCollector:
     """A prometheus_client collector reading the monitor's store and latest snapshot."""
 
-    def __init__(self, monitor: Any, host: str | None = None) -> None:
+    def __init__(self, monitor: MonitorState, host: str | None = None) -> None:
         self.monitor = monitor
         self.host = host or socket.gethostname()
 
@@ -72,40 +64,31 @@ class MonitorCollector:
         with store.lock:
             latest = {name: s.values[-1] for name, s in store.series.items() if len(s)}
         yield from self._host(latest)
-        yield from self._gpus(latest)
-        yield from self._disks(latest)
+        yield from self._family(GPU, latest)
+        yield from self._family(DISK, latest)
         yield from self._runs()
         yield from self._verdict()
 
     def _host(self, latest: dict[str, float]) -> Iterator[Any]:
-        for key, (name, doc, scale) in HOST_METRICS.items():
+        for key, field in HOST_EXPORTS.items():
             if _ok(latest.get(key)):
-                g = GaugeMetricFamily(name, doc, labels=["host"])
-                g.add_metric([self.host], latest[key] * scale)
+                g = GaugeMetricFamily(field.prom, field.help, labels=["host"])
+                g.add_metric([self.host], latest[key] * field.scale)
                 yield g
 
-    def _gpus(self, latest: dict[str, float]) -> Iterator[Any]:
+    def _family(self, family: Family, latest: dict[str, float]) -> Iterator[Any]:
+        exported = FAMILY_EXPORTS[family.name]
         families: dict[str, GaugeMetricFamily] = {}
         for key, value in latest.items():
-            m = re.match(r"gpu\.(\d+)\.(.+)$", key)
-            if m is None or m.group(2) not in GPU_METRICS or not _ok(value):
+            parsed = family.parse(key)
+            if parsed is None or parsed[1] not in exported or not _ok(value):
                 continue
-            name, doc, scale = GPU_METRICS[m.group(2)]
-            fam = families.get(name) or families.setdefault(name, GaugeMetricFamily(name, doc, labels=["host", "gpu"]))
-            fam.add_metric([self.host, m.group(1)], value * scale)
-        yield from families.values()
-
-    def _disks(self, latest: dict[str, float]) -> Iterator[Any]:
-        families: dict[str, GaugeMetricFamily] = {}
-        for key, value in latest.items():
-            m = re.match(r"disk\.([^.]+)\.(.+)$", key)
-            if m is None or m.group(2) not in DISK_METRICS or not _ok(value):
-                continue
-            name, doc, scale = DISK_METRICS[m.group(2)]
+            field = exported[parsed[1]]
+            name = str(field.prom)
             fam = families.get(name) or families.setdefault(
-                name, GaugeMetricFamily(name, doc, labels=["host", "device"])
+                name, GaugeMetricFamily(name, field.help, labels=["host", family.id_label])
             )
-            fam.add_metric([self.host, m.group(1)], value * scale)
+            fam.add_metric([self.host, parsed[0]], value * field.scale)
         yield from families.values()
 
     def _runs(self) -> Iterator[Any]:
@@ -150,7 +133,7 @@ class MonitorCollector:
         yield state
 
 
-def serve(monitor: Any, address: str) -> tuple[str, int]:
+def serve(monitor: MonitorState, address: str) -> tuple[str, int]:
     """Serve ``/metrics`` on ``HOST:PORT`` in a daemon thread; returns the bound address."""
     tcp = parse_tcp(address)
     if tcp is None:

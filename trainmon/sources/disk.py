@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainmon.metrics import DISK
+
 log = logging.getLogger("trainmon.disk")
 
 SECTOR_BYTES = 512
@@ -187,7 +189,7 @@ def _rates(dev: str, cur: _Stat, old: _Stat, elapsed_s: float) -> dict[str, floa
         deltas[field] = d
     elapsed_ms = elapsed_s * 1000.0
     rd_ios, wr_ios = deltas["rd_ios"], deltas["wr_ios"]
-    p = f"disk.{dev}."
+    p = DISK.id_prefix(dev)
     return {
         p + "r_s": rd_ios / elapsed_s,
         p + "w_s": wr_ios / elapsed_s,

@@ -8,6 +8,8 @@ import os
 
 import psutil
 
+from trainmon.metrics import CPU_CORE
+
 log = logging.getLogger("trainmon.host")
 
 
@@ -36,8 +38,8 @@ class HostSource:
                 idle = getattr(core, "idle", 0.0)
                 iowait = getattr(core, "iowait", 0.0)
                 busy = max(0.0, 100.0 - idle - iowait)
-                out[f"cpu.core.{i}.busy"] = busy
-                out[f"cpu.core.{i}.iowait"] = iowait
+                out[CPU_CORE.key(i, "busy")] = busy
+                out[CPU_CORE.key(i, "iowait")] = iowait
                 busy_total += busy
                 iowait_total += iowait
                 user_total += getattr(core, "user", 0.0) + getattr(core, "nice", 0.0)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from trainmon.metrics import PROC, PROC_IO_FIELDS
+
 log = logging.getLogger("trainmon.procs")
 
 ROLES = ("main", "worker", "rank", "child")
@@ -23,7 +25,6 @@ MB = 2**20
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_MAX = 8192
-_IO_KEYS = {b"read_bytes": "read_mb_s", b"write_bytes": "write_mb_s", b"rchar": "rchar_mb_s", b"wchar": "wchar_mb_s"}
 _STATES = (b"R", b"S", b"D")
 # Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
 _NCOUNT = 8
@@ -244,7 +245,7 @@ class ProcSource:
         prev = self._prev.get(pid)
         if prev is not None and prev.starttime != cur.starttime:
             prev = None  # pid reused by a new process: start over
-        p = f"proc.{pid}."
+        p = PROC.id_prefix(pid)
         out: dict[str, float] = {p + "rss_mb": cur.rss_bytes / MB, p + "threads": float(cur.threads)}
         out.update(_state_shares(p, counts))
         self._note_na(pid, p, cur.na)
@@ -285,16 +286,16 @@ class ProcSource:
             if not os.path.exists(f"{base}/stat"):
                 raise _Gone from exc
             reason = "/proc/<pid>/io not available (kernel without CONFIG_TASK_IO_ACCOUNTING)"
-            na.update(dict.fromkeys(_IO_KEYS.values(), reason))
+            na.update(dict.fromkeys(PROC_IO_FIELDS.values(), reason))
             return None
         except OSError as exc:
             reason = _os_reason(f"{base}/io", exc)
-            na.update(dict.fromkeys(_IO_KEYS.values(), reason))
+            na.update(dict.fromkeys(PROC_IO_FIELDS.values(), reason))
             return None
         io: dict[str, int] = {}
         for row in data.splitlines():
             key, _, value = row.partition(b":")
-            name = _IO_KEYS.get(key.strip())
+            name = PROC_IO_FIELDS.get(key.strip())
             if name is not None:
                 io[name] = int(value)
         return io
@@ -342,7 +343,7 @@ class ProcSource:
 
     def _forget(self, pid: int) -> None:
         self._prev.pop(pid, None)
-        prefix = f"proc.{pid}."
+        prefix = PROC.id_prefix(pid)
         for key in [k for k in self.na_reasons if k.startswith(prefix)]:
             del self.na_reasons[key]
         with self._lock:

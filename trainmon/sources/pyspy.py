@@ -27,6 +27,8 @@ from typing import Any
 
 import psutil
 
+from trainmon.metrics import PYSPY
+
 log = logging.getLogger("trainmon.pyspy")
 
 NOT_FOUND = "py-spy not found: pip install py-spy"
@@ -447,15 +449,14 @@ class PySpySampler:
         with self._lock:
             counts, self._counts = self._counts, collections.Counter()
         n = sum(counts.values())
-        prefix = f"pyspy.{self.pid}"
 
         def share(kind: str) -> float:
             return counts[kind] / n if n else math.nan
 
         return {
-            f"{prefix}.data_wait_share": share(DATA_WAIT),
-            f"{prefix}.checkpoint_share": share(CHECKPOINT),
-            f"{prefix}.samples": float(n),
+            PYSPY.key(self.pid, "data_wait_share"): share(DATA_WAIT),
+            PYSPY.key(self.pid, "checkpoint_share"): share(CHECKPOINT),
+            PYSPY.key(self.pid, "samples"): float(n),
         }
 
     def hot_frames(self, n: int = 5) -> list[tuple[str, float]]:

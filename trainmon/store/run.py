@@ -144,9 +144,6 @@ class Steps:
         """Steps that ended within ``[t0, t1]``."""
         return bisect_left(self.end, t0), bisect_right(self.end, t1)
 
-    def nbytes(self) -> int:
-        return sum(col.itemsize * len(col) for col in self._columns())
-
 
 class Run:
     def __init__(self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000) -> None:
@@ -169,7 +166,6 @@ class Run:
         self.eval_wait_s = 0.0
         self.records = 0
         self._events_cap = cap
-        self.window_memo: tuple | None = None  # the diagnosis's latest window of this run (see diagnose.window)
         # step derivation state
         self.mode = "next"
         self._train: int | None = None

@@ -11,6 +11,7 @@ import threading
 from array import array
 from typing import Any, Protocol
 
+from trainmon.metrics import SeriesIndex
 from trainmon.protocol import K_WAIT, events_payload, step_marks
 from trainmon.store.run import Run
 from trainmon.store.series import Series
@@ -55,7 +56,8 @@ class Store:
         self._seen: dict[int, _Seen] = {}  # per run: counts of what this store ingested (continuity)
         self._next_sweep = -math.inf
         self.series_version = 0  # changes whenever a series is added or dropped (for caches of series names)
-        self.derived: dict[str, Any] = {}  # readers' caches of figures derived from the store, keyed by their name
+        self._index: SeriesIndex | None = None
+        self._index_version = -1
 
     def _touch(self, t: float) -> None:
         if self.first_t is None or t < self.first_t:
@@ -194,6 +196,14 @@ class Store:
 
     def series_names(self, prefix: str) -> list[str]:
         return sorted(n for n in self.series if n.startswith(prefix))
+
+    def index(self) -> SeriesIndex:
+        """The ids (GPUs, disks, pids, cores) the series belong to; rebuilt only when the set of series changes."""
+        with self.lock:
+            if self._index is None or self._index_version != self.series_version:
+                self._index = SeriesIndex(self.series)
+                self._index_version = self.series_version
+            return self._index
 
 
 class _Seen:

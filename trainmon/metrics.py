@@ -1,0 +1,265 @@
+"""The metric schema: every sampled series family, defined once.
+
+A series is a float per tick under a flat name. Host-wide series have fixed names (``cpu.busy``); the others
+belong to a family and are named ``<prefix><id>.<field>`` (``gpu.0.util``, ``disk.nvme0n1.util_pct``,
+``proc.4242.cpu_pct``). Sources build names with :meth:`Family.key`/:meth:`Family.keys`; the view, the
+diagnosis, the report and the Prometheus exporter find ids with :class:`SeriesIndex` (the store keeps one per
+change of its series set) and take names apart with :meth:`Family.parse`. Nothing else writes or parses
+these names.
+
+Adding a metric is one line in a family's table (plus the line in its source that measures it); the exporter
+publishes it when the line gives a Prometheus name. See docs/architecture.md, "Where a change goes".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+MIB: Final = 1024.0 * 1024.0
+
+
+@dataclass(frozen=True)
+class Field:
+    """One series of a family: its unit as stored, what it means, and its Prometheus export (if any).
+
+    ``scale`` turns the stored unit into the Prometheus base unit (MiB → bytes, ms → seconds, MHz → Hz).
+    """
+
+    unit: str
+    help: str
+    prom: str | None = None
+    scale: float = 1.0
+
+
+class Family:
+    """Series named ``<prefix><id>.<field>``: one per device, disk, process or core."""
+
+    def __init__(self, name: str, prefix: str, id_label: str, numeric_ids: bool, fields: Mapping[str, Field]) -> None:
+        self.name = name
+        self.prefix = prefix
+        self.id_label = id_label  # the Prometheus label that carries the id
+        self.numeric_ids = numeric_ids
+        self.fields: Mapping[str, Field] = fields
+
+    def key(self, ident: object, field: str) -> str:
+        return f"{self.prefix}{ident}.{field}"
+
+    def id_prefix(self, ident: object) -> str:
+        """``<prefix><id>.``: the start of every series name of one id (for sources that append many fields)."""
+        return f"{self.prefix}{ident}."
+
+    def keys(self, ident: object, fields: Iterable[str] | None = None) -> dict[str, str]:
+        """field → series name for one id (sources build these once per device or process)."""
+        return {f: f"{self.prefix}{ident}.{f}" for f in (self.fields if fields is None else fields)}
+
+    def parse(self, name: str) -> tuple[str, str] | None:
+        """(id, field) of a series of this family, or None. Ids never contain a dot; numeric ids are digits."""
+        if not name.startswith(self.prefix):
+            return None
+        ident, dot, field = name[len(self.prefix) :].partition(".")
+        if not dot or not ident or not field or (self.numeric_ids and not ident.isdigit()):
+            return None
+        return ident, field
+
+    def __repr__(self) -> str:
+        return f"Family({self.name!r})"
+
+
+def _pct(help_: str, prom: str | None = None) -> Field:
+    return Field("%", help_, prom)
+
+
+# ---------------------------------------------------------------- host-wide series (fixed names)
+
+HOST: Final[Mapping[str, Field]] = {
+    "cpu.cores": Field("count", "logical CPUs"),
+    "cpu.busy": _pct("host CPU busy (all cores)", "trainmon_cpu_busy_percent"),
+    "cpu.iowait": _pct("host CPU iowait", "trainmon_cpu_iowait_percent"),
+    "cpu.user": _pct("host CPU in user mode (with nice)"),
+    "cpu.system": _pct("host CPU in the kernel (with irq and softirq)"),
+    "cpu.steal": _pct("host CPU stolen by the hypervisor"),
+    "mem.used_pct": _pct("host memory used", "trainmon_memory_used_percent"),
+    "mem.used_mb": Field("MiB", "host memory used (total - available)"),
+    "mem.total_mb": Field("MiB", "host memory total"),
+    "swap.used_mb": Field("MiB", "swap used", "trainmon_swap_used_bytes", MIB),
+    "swap.total_mb": Field("MiB", "swap total"),
+    "load.1": Field("tasks", "1-minute load average", "trainmon_load1"),
+    "load.5": Field("tasks", "5-minute load average"),
+}
+
+CPU_CORE = Family(
+    "cpu_core",
+    "cpu.core.",
+    "core",
+    True,
+    {
+        "busy": _pct("core busy (not idle, not iowait)"),
+        "iowait": _pct("core iowait"),
+    },
+)
+
+# ---------------------------------------------------------------- GPUs (NVML; GPM on Hopper and newer)
+
+GPU = Family(
+    "gpu",
+    "gpu.",
+    "gpu",
+    True,
+    {
+        "util": _pct("GPU utilisation (NVML)", "trainmon_gpu_utilization_percent"),
+        "util_min": _pct("lowest GPU utilisation sample in the last tick", "trainmon_gpu_utilization_min_percent"),
+        "util_max": _pct("highest GPU utilisation sample in the last tick"),
+        "mem_util": _pct("memory controller busy (NVML)"),
+        "mem_used_mb": Field("MiB", "GPU memory used", "trainmon_gpu_memory_used_bytes", MIB),
+        "mem_total_mb": Field("MiB", "GPU memory total", "trainmon_gpu_memory_total_bytes", MIB),
+        "power_w": Field("W", "GPU power draw", "trainmon_gpu_power_watts"),
+        "power_limit_w": Field("W", "GPU enforced power limit", "trainmon_gpu_power_limit_watts"),
+        "temp_c": Field("°C", "GPU temperature", "trainmon_gpu_temperature_celsius"),
+        "sm_clock_mhz": Field("MHz", "GPU SM clock", "trainmon_gpu_sm_clock_hertz", 1e6),
+        "mem_clock_mhz": Field("MHz", "GPU memory clock"),
+        "sm_clock_max_mhz": Field("MHz", "GPU SM clock maximum"),
+        "throttle": Field("bitmask", "NVML clock-event (throttle) reasons bitmask", "trainmon_gpu_clock_event_reasons"),
+        "pcie_rx_mb_s": Field("MiB/s", "PCIe host→device throughput", "trainmon_gpu_pcie_rx_bytes_per_second", MIB),
+        "pcie_tx_mb_s": Field("MiB/s", "PCIe device→host throughput", "trainmon_gpu_pcie_tx_bytes_per_second", MIB),
+        "gpm.sm_active": _pct("GPM SM activity", "trainmon_gpu_sm_active_percent"),
+        "gpm.sm_occupancy": _pct("GPM SM occupancy"),
+        "gpm.tensor_active": _pct("GPM tensor pipe activity", "trainmon_gpu_tensor_active_percent"),
+        "gpm.dram_bw": _pct("GPM DRAM bandwidth used"),
+    },
+)
+# The GPM fields → NVML_GPM_METRIC_* ids (SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL, DRAM_BW_UTIL).
+GPM_METRIC_IDS: Final[Mapping[str, int]] = {
+    "gpm.sm_active": 2,
+    "gpm.sm_occupancy": 3,
+    "gpm.tensor_active": 5,
+    "gpm.dram_bw": 10,
+}
+# The NVML fields, in the order a GPU source writes them.
+GPU_NVML_FIELDS: Final = tuple(f for f in GPU.fields if f not in GPM_METRIC_IDS)
+
+
+@dataclass(frozen=True)
+class ThrottleReason:
+    bit: int
+    report: str  # the report's name for it
+    short: str  # the TUI's
+    long: str  # the diagnosis's
+    limiting: bool  # holds the GPU back (idle and application clocks do not)
+
+
+# NVML clock-event reasons (nvmlClocksEventReason*), one table for every reader.
+THROTTLE_REASONS: Final = (
+    ThrottleReason(0x1, "gpu_idle", "idle", "idle", False),
+    ThrottleReason(0x2, "applications_clocks", "app clocks", "application clocks", False),
+    ThrottleReason(0x4, "sw_power_cap", "power cap", "power cap", True),
+    ThrottleReason(0x8, "hw_slowdown", "hw slowdown", "hardware slowdown", True),
+    ThrottleReason(0x10, "sync_boost", "sync boost", "sync boost", False),
+    ThrottleReason(0x20, "sw_thermal", "sw thermal", "software thermal", True),
+    ThrottleReason(0x40, "hw_thermal", "hw thermal", "hardware thermal", True),
+    ThrottleReason(0x80, "hw_power_brake", "power brake", "power brake", True),
+    ThrottleReason(0x100, "display_clocks", "display clocks", "display clocks", False),
+)
+LIMITING_THROTTLE: Final = sum(r.bit for r in THROTTLE_REASONS if r.limiting)
+
+
+def limiting_reasons(mask: int) -> list[ThrottleReason]:
+    """The reasons in ``mask`` that hold the GPU back, in bit order."""
+    return [r for r in THROTTLE_REASONS if r.limiting and mask & r.bit]
+
+
+# ---------------------------------------------------------------- disks (iostat -x from /proc/diskstats)
+
+DISK = Family(
+    "disk",
+    "disk.",
+    "device",
+    False,
+    {
+        "r_s": Field("1/s", "reads completed per second"),
+        "w_s": Field("1/s", "writes completed per second"),
+        "read_mb_s": Field("MiB/s", "disk read throughput", "trainmon_disk_read_bytes_per_second", MIB),
+        "write_mb_s": Field("MiB/s", "disk write throughput", "trainmon_disk_write_bytes_per_second", MIB),
+        "util_pct": _pct("disk busy time (iostat %util)", "trainmon_disk_utilization_percent"),
+        "r_await_ms": Field("ms", "average read latency (iostat r_await)", "trainmon_disk_read_await_seconds", 1e-3),
+        "w_await_ms": Field("ms", "average write latency (iostat w_await)", "trainmon_disk_write_await_seconds", 1e-3),
+        "aqu_sz": Field("requests", "average queue length (iostat aqu-sz)"),
+    },
+)
+
+# ---------------------------------------------------------------- processes of the training tree (/proc, NVML)
+
+PROC = Family(
+    "proc",
+    "proc.",
+    "pid",
+    True,
+    {
+        "cpu_pct": Field("% of a core", "CPU time of all threads"),
+        "rss_mb": Field("MiB", "resident memory"),
+        "threads": Field("count", "threads"),
+        "state_R": Field("share", "threads seen running"),
+        "state_S": Field("share", "threads seen sleeping"),
+        "state_D": Field("share", "threads seen in uninterruptible (I/O) wait"),
+        "state_main_R": Field("share", "main thread seen running"),
+        "state_main_S": Field("share", "main thread seen sleeping"),
+        "state_main_D": Field("share", "main thread seen in uninterruptible (I/O) wait"),
+        "read_mb_s": Field("MiB/s", "bytes read from the block layer (/proc/<pid>/io read_bytes)"),
+        "write_mb_s": Field("MiB/s", "bytes written to the block layer"),
+        "rchar_mb_s": Field("MiB/s", "bytes returned by read(): page cache, sockets, pipes, FUSE/NFS"),
+        "wchar_mb_s": Field("MiB/s", "bytes passed to write()"),
+        "runq_wait_ms_s": Field("ms/s", "time runnable but waiting for a core"),
+        "gpu_mem_mb": Field("MiB", "GPU memory held (NVML, summed over GPUs)"),
+        "gpu_sm_pct": _pct("SM share of the process's GPU (NVML)"),
+    },
+)
+# /proc/<pid>/io counters → the PROC fields their rates go to.
+PROC_IO_FIELDS: Final[Mapping[bytes, str]] = {
+    b"read_bytes": "read_mb_s",
+    b"write_bytes": "write_mb_s",
+    b"rchar": "rchar_mb_s",
+    b"wchar": "wchar_mb_s",
+}
+
+# ---------------------------------------------------------------- py-spy sampling of a main thread
+
+PYSPY = Family(
+    "pyspy",
+    "pyspy.",
+    "pid",
+    True,
+    {
+        "data_wait_share": Field("share", "main-thread samples inside a DataLoader's __next__"),
+        "checkpoint_share": Field("share", "main-thread samples inside a checkpoint save"),
+        "samples": Field("count", "main-thread samples taken since the previous tick"),
+    },
+)
+
+FAMILIES: Final = (CPU_CORE, GPU, DISK, PROC, PYSPY)
+
+
+class SeriesIndex:
+    """Which ids of each family have series, in the order the series first appeared.
+
+    Built from a store's series names; the store rebuilds it only when its set of series changes.
+    """
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._ids: dict[tuple[str, str | None], dict[str, None]] = {}
+        for name in names:
+            for family in FAMILIES:
+                parsed = family.parse(name)
+                if parsed is not None:
+                    ident, field = parsed
+                    self._ids.setdefault((family.name, None), {})[ident] = None
+                    self._ids.setdefault((family.name, field), {})[ident] = None
+                    break
+
+    def ids(self, family: Family, field: str | None = None) -> list[str]:
+        """Ids of ``family`` with any series (or with a series of ``field``), first appearance first."""
+        return list(self._ids.get((family.name, field), ()))
+
+    def int_ids(self, family: Family, field: str | None = None) -> list[int]:
+        """Numeric ids (GPU indices, pids, cores), ascending."""
+        return sorted(int(i) for i in self._ids.get((family.name, field), ()))
