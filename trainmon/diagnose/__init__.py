@@ -2,6 +2,6 @@
 
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.findings import CODES, Finding, headline
-from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.thresholds import Thresholds
 
 __all__ = ["CODES", "Finding", "Thresholds", "VerdictTracker", "evaluate", "headline"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trainmon.diagnose import rules
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding, headline
-from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, host_window, run_window
 from trainmon.store.store import Store
 

@@ -1,0 +1,35 @@
+"""What every finding about one run carries."""
+
+from __future__ import annotations
+
+from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import RunWindow
+
+
+def base_evidence(w: RunWindow) -> dict:
+    return {
+        "run": w.run.label,
+        "steps": w.steps,
+        "window_s": round(w.span_s, 2),
+        "data_wait_fraction": round(w.wait_fraction, 4),
+        "step_time_ms_p50": round(w.step_p50_s * 1e3, 2),
+        "step_time_ms_p95": round(w.step_p95_s * 1e3, 2),
+        "num_workers": w.loader.get("num_workers"),
+        "batch_size": w.loader.get("batch_size"),
+    }
+
+
+def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
+    if w.steps >= th.min_steps:
+        return None
+    return Finding(
+        "insufficient_data",
+        "ok",
+        f"{w.steps} steady-state steps so far ({w.warm_steps} warm-up); need {th.min_steps} to judge",
+        ["keep training; trainmon judges once warm-up is over"],
+        {"run": w.run.label, "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
+    )
+
+
+# ---------------------------------------------------------------- input pipeline

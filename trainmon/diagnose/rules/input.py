@@ -1,0 +1,221 @@
+"""Input starvation: loading in the main process, too few workers, CPU-bound workers, storage, host→device copies."""
+
+from __future__ import annotations
+
+import math
+
+from trainmon.diagnose.evidence import Evidence
+from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.rules.common import base_evidence
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import HostWindow, RunWindow
+from trainmon.numbers import is_nan, rounded
+
+
+def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    f = w.wait_fraction
+    if is_nan(f) or f <= th.wait_warning:
+        return None
+    exposed = w.exposed_fraction
+    if not is_nan(exposed) and exposed < th.exposed_min_share * f and exposed <= th.wait_warning:
+        return None  # the GPU stayed busy through the waits: nothing is starved
+    severity = "critical" if f >= th.wait_critical else "warning"
+    evidence = base_evidence(w) | {
+        "host_cpu_busy_pct": rounded(host.cpu_busy, 1),
+        "host_iowait_pct": rounded(host.cpu_iowait, 1),
+        "cores": host.cores,
+        "workers_cpu_pct_mean": rounded(ev.workers_mean("cpu_pct"), 1),
+        "workers_state_D": rounded(ev.workers_mean("state_d"), 3),
+        "workers_runq_ms_s": rounded(ev.workers_mean("runq_ms_s"), 1),
+        "workers_read_mb_s": rounded(ev.workers_sum("read_mb_s"), 2),
+        "workers_rchar_mb_s": rounded(ev.workers_sum("rchar_mb_s"), 2),
+        "disk_busiest": ev.disk_busiest,
+        "disk_util_pct": rounded(ev.disk_util_max, 1),
+        "disk_r_await_ms": rounded(ev.disk_await_max, 2),
+        "main_cpu_pct": rounded(ev.main.cpu_pct, 1),
+        "exposed_fraction": rounded(exposed, 4),
+    }
+    pct = f"{f:.0%}"
+    workers = w.loader.get("num_workers")
+    if workers == 0:
+        suggested = max(2, min(8, host.cores - 1))
+        return Finding(
+            "input.main_process",
+            severity,
+            f"{pct} of each step waits on data loaded in the main process (num_workers=0); "
+            f"step p50 {w.step_p50_s * 1e3:.0f} ms",
+            [
+                f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
+                "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
+            ],
+            evidence,
+        )
+    return _io_finding(w, host, ev, th, severity, evidence, pct) or _cpu_finding(
+        w, host, ev, th, severity, evidence, pct, workers
+    )
+
+
+def _io_finding(
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict, pct: str
+) -> Finding | None:
+    d_state = ev.workers_mean("state_d")
+    read = ev.workers_sum("read_mb_s")
+    rchar = ev.workers_sum("rchar_mb_s")
+    cpu = ev.workers_mean("cpu_pct")
+    # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
+    block_reads = (
+        not is_nan(read)
+        and read >= th.disk_read_mb_s
+        and (is_nan(rchar) or read >= 0.5 * rchar)
+        and not is_nan(cpu)
+        and cpu < th.worker_busy_pct
+    )
+    disk_bound = (
+        block_reads
+        or (not is_nan(d_state) and d_state >= th.io_d_state)
+        or (not is_nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not is_nan(read) and read > 0.5)
+        or (not is_nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+    )
+    if disk_bound:
+        disk = (
+            f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
+            if ev.disk_busiest and not is_nan(ev.disk_util_max)
+            else "disk busy"
+        )
+        blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not is_nan(d_state) else "high iowait"
+        evidence["sub_cause"] = "disk"
+        return Finding(
+            "input.io",
+            severity,
+            f"{pct} of each step waits on data; the workers wait on storage: {blocked}, {disk}",
+            [
+                "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
+                "and read them in order",
+                "copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples",
+                "raise num_workers and prefetch_factor to keep more reads in flight",
+            ],
+            evidence,
+        )
+    remote = (
+        not is_nan(rchar)
+        and rchar >= th.remote_rchar_mb_s
+        and (is_nan(read) or read < 0.25 * rchar)
+        and (is_nan(cpu) or cpu < th.worker_busy_pct)
+    )
+    if remote:
+        evidence["sub_cause"] = "remote"
+        return Finding(
+            "input.io",
+            severity,
+            f"{pct} of each step waits on data; the workers read {rchar:.1f} MB/s through the network or a remote "
+            f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not is_nan(cpu) else 0:.0%} "
+            "of the time: remote reads are the bottleneck",
+            [
+                "stage the dataset on local disk before training, or cache it after the first epoch",
+                "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
+                "read fewer, larger objects (sharded formats) to amortise per-request latency",
+            ],
+            evidence,
+        )
+    return None
+
+
+def _cpu_finding(
+    w: RunWindow,
+    host: HostWindow,
+    ev: Evidence,
+    th: Thresholds,
+    severity: str,
+    evidence: dict,
+    pct: str,
+    workers: int | None,
+) -> Finding:
+    n = workers or 1
+    cpu = ev.workers_mean("cpu_pct")
+    runq = ev.workers_mean("runq_ms_s")
+    cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
+    )
+    saturated = (not is_nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s * 2
+    )
+    if is_nan(cpu):  # no per-process figures: judge by the host alone
+        cpu_bound = True
+    idle_cores = host.cores * (1 - host.cpu_busy / 100) if not is_nan(host.cpu_busy) else math.nan
+    if cpu_bound and saturated:
+        evidence["sub_cause"] = "cpu"
+        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
+        return Finding(
+            "input.workers_cpu",
+            severity,
+            f"{pct} of each step waits on data; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
+            f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound"
+            if not is_nan(cpu)
+            else f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
+            "CPU-bound",
+            [
+                "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+                "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+                "more workers will not help: the cores are already full",
+            ],
+            evidence,
+        )
+    needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
+    if cpu_bound and not is_nan(idle_cores):
+        needed = min(needed, n + max(1, int(idle_cores + 0.5)))
+    needed = max(needed, n + 1)
+    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
+    evidence["suggested_num_workers"] = needed
+    if cpu_bound:
+        summary = (
+            f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
+            f"{idle_cores:.1f} of {host.cores} cores are idle"
+            if not is_nan(cpu)
+            else f"{pct} of each step waits on data with {n} workers and idle cores"
+        )
+        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
+    else:
+        summary = (
+            f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
+            "something slow per sample (latency), so more of them in parallel would hide it"
+        )
+        why = "each worker spends most of its time waiting, not computing"
+    return Finding(
+        "input.too_few_workers",
+        severity,
+        summary,
+        [
+            f"raise num_workers from {n} to {needed}" + (f": {why}" if why else ""),
+            "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
+        ],
+        evidence,
+    )
+
+
+# ---------------------------------------------------------------- stalls
+
+
+def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    """Pageable copies: the GPU idles while large host→device transfers run from unpinned memory."""
+    if is_nan(ev.gpu_util) or is_nan(ev.gpu_pcie_rx_mb_s) or w.loader.get("pin_memory"):
+        return None
+    if ev.gpu_util >= th.host_overhead_gpu_util or ev.gpu_pcie_rx_mb_s < th.h2d_pcie_rx_mb_s:
+        return None
+    main_busy = not is_nan(ev.main.cpu_pct) and ev.main.cpu_pct >= th.host_overhead_main_cpu
+    return Finding(
+        "input.host_to_device",
+        "critical" if ev.gpu_util < 40 else "warning",
+        f"the GPU is {ev.gpu_util:.0f}% busy while {ev.gpu_pcie_rx_mb_s:.0f} MB/s cross PCIe from pageable memory "
+        "(pin_memory=False): host→device copies are not overlapped with compute",
+        [
+            "set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
+            "move less per step: uint8 images normalised on the GPU, not float32 from the host",
+        ],
+        base_evidence(w)
+        | {
+            "gpu_util_pct": rounded(ev.gpu_util, 1),
+            "pcie_rx_mb_s": rounded(ev.gpu_pcie_rx_mb_s, 1),
+            "pin_memory": False,
+            "main_cpu_busy": main_busy,
+        },
+    )

@@ -1,0 +1,42 @@
+"""The rules' thresholds, one dataclass (a config file's [thresholds] table overrides any of them).
+
+Defaults come from the established tools: the TensorBoard profiler plugin (DataLoader > 5 % of the step),
+SageMaker Debugger (CPU > 90 %, iowait), nvidia-resiliency-ext (straggler score < 0.75); README "Verdicts".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Thresholds:
+    window_s: float = 20.0
+    window_steps: int = 20
+    min_steps: int = 10  # fewer steady-state steps than this → insufficient_data
+    wait_warning: float = 0.05  # DataLoader share of the step (TB plugin: > 5 %)
+    wait_critical: float = 0.20
+    exposed_min_share: float = 0.5  # on CUDA: the wait counts only if ≥ half of it left the GPU idle
+    cpu_saturated_pct: float = 90.0  # SageMaker cpu_threshold
+    worker_busy_pct: float = 70.0  # a worker using this much of a core is CPU-bound
+    runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved
+    io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
+    disk_busy_pct: float = 80.0
+    disk_read_mb_s: float = 2.0  # workers' block-layer reads that, with idle CPU, mean disk-bound
+    iowait_pct: float = 30.0
+    remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O
+    checkpoint_share: float = 0.10
+    checkpoint_critical_share: float = 0.30
+    long_step_factor: float = 2.5  # a step this many times the median is a long step
+    periodic_share: float = 0.15  # long steps take at least this share of the window
+    periodic_irregularity: float = 1.0  # (p90 − p10) / median of the gaps between unexplained long steps
+    host_overhead_gpu_util: float = 70.0
+    h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
+    host_overhead_main_cpu: float = 85.0
+    gpu_mem_pct: float = 95.0
+    throttle_share: float = 0.5
+    host_mem_pct: float = 95.0
+    swap_growth_mb: float = 64.0
+    straggler_wait_gap: float = 0.10  # a rank waits this share of the step more than the others
+    straggler_step_ratio: float = 1.25  # unsynchronised ranks: step time this much above the others
+    hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
