@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources import pyspy
-from trainmon.sources.pyspy import CHECKPOINT, COMPUTE, DATA_WAIT, Frame, PySpySampler, ThreadStack
+from trainmon.sources import pyspy, stacks
+from trainmon.sources.pyspy import PySpySampler
+from trainmon.sources.stacks import CHECKPOINT, COMPUTE, DATA_WAIT, Frame, ThreadStack
 
 READY_TIMEOUT_S = 60.0  # importing torch on a loaded CI machine can take a while
 
@@ -137,7 +138,7 @@ def spawn(tmp_path: Path) -> Iterator:
         proc.wait(timeout=10)
 
 
-def _dump_or_skip(pid: int) -> pyspy.StackDump:
+def _dump_or_skip(pid: int) -> stacks.StackDump:
     result = pyspy.dump(pid, timeout=15.0)
     if result.error and "permission denied" in result.error:
         pytest.skip(f"py-spy cannot attach here: {result.error}")
@@ -329,7 +330,7 @@ DL = SITE + "torch/utils/data/dataloader.py"
 
 def test_classify_main_thread_samples() -> None:
     assert (
-        pyspy.classify(
+        stacks.classify(
             _thread(
                 ("Condition.wait", "/usr/lib/python3.11/threading.py"),
                 ("Queue.get", "/usr/lib/python3.11/queue.py"),
@@ -340,7 +341,7 @@ def test_classify_main_thread_samples() -> None:
         == DATA_WAIT
     )
     assert (
-        pyspy.classify(
+        stacks.classify(
             _thread(
                 ("SlowDataset.__getitem__", "/home/u/train.py"),
                 ("_SingleProcessDataLoaderIter._next_data", DL),
@@ -351,7 +352,7 @@ def test_classify_main_thread_samples() -> None:
         == DATA_WAIT
     )
     assert (
-        pyspy.classify(
+        stacks.classify(
             _thread(
                 ("_save", SITE + "torch/serialization.py"),
                 ("save", SITE + "torch/serialization.py"),
@@ -361,17 +362,17 @@ def test_classify_main_thread_samples() -> None:
         == CHECKPOINT
     )
     assert (
-        pyspy.classify(_thread(("Linear.forward", SITE + "torch/nn/modules/linear.py"), ("train", "/home/u/train.py")))
+        stacks.classify(_thread(("Linear.forward", SITE + "torch/nn/modules/linear.py"), ("train", "/home/u/train.py")))
         == COMPUTE
     )
     # a DataLoader constructor is not a wait
-    assert pyspy.classify(_thread(("DataLoader.__init__", DL))) == COMPUTE
+    assert stacks.classify(_thread(("DataLoader.__init__", DL))) == COMPUTE
 
 
 def test_parse_tolerates_odd_output() -> None:
-    assert "could not parse" in (pyspy.parse_dump(7, "not json").error or "")
-    assert "unexpected" in (pyspy.parse_dump(7, "{}").error or "")
-    result = pyspy.parse_dump(7, '[{"thread_id": 3, "thread_name": null, "os_thread_id": null, "frames": [{}]}]')
+    assert "could not parse" in (stacks.parse_dump(7, "not json").error or "")
+    assert "unexpected" in (stacks.parse_dump(7, "{}").error or "")
+    result = stacks.parse_dump(7, '[{"thread_id": 3, "thread_name": null, "os_thread_id": null, "frames": [{}]}]')
     assert result.error is None and result.threads[0].name == "?" and not result.threads[0].is_main
     assert result.threads[0].frames[0].label() == "? (?:0)"
 

@@ -3,7 +3,7 @@
 Everything here fails open: a missing binary, denied ptrace, an exited process or a hung py-spy becomes an
 ``error`` string with the reason and the fix, never an exception.
 
-py-spy notes that shape this module (see reference/diagnosis.md §0.5):
+py-spy notes that shape this module (see docs/architecture.md):
 - ``dump`` has no ``--idle`` flag and always reports idle threads; ``record``/``top`` would drop them, and a main
   thread blocked in the DataLoader's ``queue.get`` is idle, so sampling goes through ``dump``.
 - ``dump --json`` ignores ``--subprocesses``: each pid is dumped on its own.
@@ -13,7 +13,6 @@ py-spy notes that shape this module (see reference/diagnosis.md §0.5):
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import os
@@ -22,12 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 import psutil
 
 from trainmon.metrics import PYSPY
+from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_dump
 
 log = logging.getLogger("trainmon.pyspy")
 
@@ -39,78 +37,6 @@ PTRACE_FIX = (
     "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
     "securityContext.capabilities.add: [SYS_PTRACE]"
 )
-
-DATALOADER_FILE = "torch/utils/data/dataloader.py"
-DATA_WAIT_FUNCS = frozenset({"__next__", "_next_data", "_get_data", "_try_get_data"})
-CHECKPOINT_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/")
-CHECKPOINT_FUNCS = frozenset({"save", "_save", "_legacy_save", "save_state_dict", "async_save"})
-
-DATA_WAIT = "data_wait"
-CHECKPOINT = "checkpoint"
-COMPUTE = "compute"
-
-
-# ---------------------------------------------------------------- data
-
-
-@dataclass
-class Frame:
-    name: str
-    filename: str
-    line: int
-    short: str  # package-relative path, e.g. "torch/utils/data/dataloader.py", or the basename
-
-    def label(self) -> str:
-        return f"{self.name} ({self.short}:{self.line})"
-
-
-@dataclass
-class ThreadStack:
-    thread_id: int
-    os_thread_id: int | None
-    name: str
-    is_main: bool
-    active: bool
-    owns_gil: bool
-    frames: list[Frame]  # innermost first
-
-    @property
-    def idle(self) -> bool:
-        return not self.active
-
-
-@dataclass
-class StackDump:
-    pid: int
-    threads: list[ThreadStack] = field(default_factory=list)
-    error: str | None = None
-    elapsed_s: float = 0.0  # wall time of the py-spy call
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def main_thread(self) -> ThreadStack | None:
-        return next((t for t in self.threads if t.is_main), None)
-
-    def summary(self, max_frames: int = 8) -> list[str]:
-        """Readable lines: the main thread first, then the others; innermost frame first, idle threads marked."""
-        if self.error is not None:
-            return [f"pid {self.pid}: {self.error}"]
-        if not self.threads:
-            return [f"pid {self.pid}: no Python threads"]
-        lines = [f"pid {self.pid}: {len(self.threads)} Python thread{'s' if len(self.threads) != 1 else ''}"]
-        for thread in sorted(self.threads, key=lambda t: not t.is_main):
-            tags = (["main"] if thread.is_main else []) + ["idle" if thread.idle else "active"]
-            if thread.owns_gil:
-                tags.append("gil")
-            tid = thread.os_thread_id if thread.os_thread_id is not None else thread.thread_id
-            lines.append(f"thread {tid} {thread.name!r} ({', '.join(tags)})")
-            lines.extend(f"    {frame.label()}" for frame in thread.frames[:max_frames])
-            if len(thread.frames) > max_frames:
-                lines.append(f"    ... {len(thread.frames) - max_frames} more")
-        return lines
-
 
 # ---------------------------------------------------------------- binary and permissions
 
@@ -243,57 +169,6 @@ def _first_error_line(stderr: str) -> str:
     return "no message"
 
 
-def _short_path(filename: str) -> str:
-    path = filename.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            return path.rsplit(marker, 1)[1]
-    return path.rsplit("/", 1)[-1]
-
-
-def _parse_frame(raw: dict[str, Any]) -> Frame:
-    filename = str(raw.get("filename") or "?")
-    short = raw.get("short_filename") or _short_path(filename)
-    line = raw.get("line")
-    return Frame(
-        name=str(raw.get("name") or "?"),
-        filename=filename,
-        line=int(line) if isinstance(line, int) else 0,
-        short=str(short),
-    )
-
-
-def _parse_thread(pid: int, raw: dict[str, Any]) -> ThreadStack:
-    os_tid = raw.get("os_thread_id")
-    os_tid = int(os_tid) if isinstance(os_tid, int) else None
-    name = str(raw.get("thread_name") or "")
-    if os_tid is not None:
-        is_main = os_tid == pid
-    else:
-        is_main = name == "MainThread"
-    return ThreadStack(
-        thread_id=int(raw.get("thread_id") or 0),
-        os_thread_id=os_tid,
-        name=name or "?",
-        is_main=is_main,
-        active=bool(raw.get("active", True)),
-        owns_gil=bool(raw.get("owns_gil", False)),
-        frames=[_parse_frame(f) for f in raw.get("frames") or [] if isinstance(f, dict)],
-    )
-
-
-def parse_dump(pid: int, text: str) -> StackDump:
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        return StackDump(pid, error=f"could not parse py-spy output for pid {pid}: {exc}")
-    if not isinstance(raw, list):
-        return StackDump(pid, error=f"unexpected py-spy output for pid {pid}: {type(raw).__name__}")
-    # Threads of other processes only appear with --subprocesses, which dump --json ignores; filter anyway.
-    threads = [_parse_thread(pid, t) for t in raw if isinstance(t, dict) and t.get("pid", pid) == pid]
-    return StackDump(pid, threads=threads)
-
-
 def dump(pid: int, timeout: float = 5.0) -> StackDump:
     """Stacks of every Python thread of ``pid`` without pausing it. Never raises."""
     try:
@@ -337,22 +212,6 @@ def _dump(pid: int, timeout: float) -> StackDump:
 
 
 # ---------------------------------------------------------------- sampling
-
-
-def _leaf(name: str) -> str:
-    return name.rsplit(".", 1)[-1]  # py-spy names methods by qualified name, "Class.method"
-
-
-def classify(thread: ThreadStack) -> str:
-    """What one sample of the main thread says it was doing: data_wait, checkpoint or compute."""
-    for frame in thread.frames:
-        path = frame.filename.replace("\\", "/")
-        leaf = _leaf(frame.name)
-        if path.endswith(DATALOADER_FILE) and leaf in DATA_WAIT_FUNCS:
-            return DATA_WAIT
-        if leaf in CHECKPOINT_FUNCS and any(marker in path for marker in CHECKPOINT_FILES):
-            return CHECKPOINT
-    return COMPUTE
 
 
 def _is_fatal(error: str) -> bool:
