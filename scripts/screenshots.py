@@ -30,10 +30,9 @@ sys.path.insert(0, str(ROOT))
 from trainmon.demo.scenarios import SCENARIOS, command  # noqa: E402
 from trainmon.monitor import Monitor  # noqa: E402
 from trainmon.record import load_recording  # noqa: E402
-from trainmon.replay import ReplayFeed  # noqa: E402
 from trainmon.tui import TrainmonApp  # noqa: E402
 from trainmon.tui.theme import Glyphs  # noqa: E402
-from trainmon.view import LiveFeed  # noqa: E402
+from trainmon.view import LiveFeed, ReplayFeed  # noqa: E402
 
 OUT = ROOT / "screenshots"
 RECORDINGS = OUT / "recordings"

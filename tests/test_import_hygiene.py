@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import child_env
 
 THIRD_PARTY = ("torch", "psutil", "textual", "rich", "pynvml", "numpy")
+ROOT = Path(__file__).parent.parent
 
 
 def _modules_after(stmt: str) -> set[str]:
@@ -42,6 +43,12 @@ def test_attach_does_not_import_torch():
     assert "torch" not in mods
 
 
+VIEW_MODULES = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (ROOT / "trainmon" / "view").rglob("*.py")
+)
+
+
 @pytest.mark.parametrize(
     "module",
     [
@@ -59,8 +66,7 @@ def test_attach_does_not_import_torch():
         "trainmon.report",
         "trainmon.monitor",
         "trainmon.cli",
-        "trainmon.view",
-        "trainmon.replay",
+        *VIEW_MODULES,
     ],
 )
 def test_core_layers_never_import_textual(module):

@@ -22,7 +22,6 @@ from textual.widgets import Static
 from tests.conftest import child_env
 from tests.test_view import T0, make_store, real_recording, replay_at_end
 from trainmon.monitor import Monitor
-from trainmon.replay import ReplayFeed
 from trainmon.sources.host import HostSource
 from trainmon.sources.pyspy import PTRACE_FIX
 from trainmon.tui import FrameReady, Job, TrainmonApp
@@ -32,7 +31,7 @@ from trainmon.tui.screens import EvidenceScreen, HelpScreen, StackScreen
 from trainmon.tui.theme import Glyphs, detect_mode
 from trainmon.tui.watchdog import tty_alive
 from trainmon.tui.widgets import Banner, ChartPane, ProcTable, TimeAxis
-from trainmon.view import WINDOWS_S, Frame, FrameBuilder, Layout, LiveFeed
+from trainmon.view import WINDOWS_S, Frame, FrameBuilder, Layout, LiveFeed, ReplayFeed
 
 COLOR = Glyphs("braille", True)
 __all__ = ["real_recording"]  # a fixture shared with test_view
@@ -443,14 +442,14 @@ def test_frame_messages_coalesce_and_paused_views_are_not_rebuilt():
     feed = replay_at_end(make_store(20.0))
     posted: list[Frame] = []
     thread = FrameThread(FrameBuilder(feed), posted.append, Layout(20, 1))
-    thread._build_once()
+    thread.build_now()
     assert FrameReady(posted[0]).can_replace(FrameReady(posted[0]))
     thread.builder.state.paused = True
-    thread._build_once()
-    thread._build_once()
+    thread.build_now()
+    thread.build_now()
     assert len(posted) == 2  # the first paused build, then nothing new to draw
-    thread.builder.state.version += 1
-    thread._build_once()
+    thread.builder.state.touch()
+    thread.build_now()
     assert len(posted) == 3
 
 

@@ -1,4 +1,4 @@
-"""The headless view layer (trainmon.view, trainmon.replay) without a terminal: resampling on the shared axis,
+"""The headless view layer (trainmon.view) without a terminal: resampling on the shared axis,
 values at the cursor, the view state's keys, the replay clock and the re-evaluated verdict timeline.
 
 ``make_store`` builds a deterministic store through the same Ingest calls the monitor and recordings use; the
@@ -18,7 +18,6 @@ from tests.conftest import child_env, record_training, trainmon_cmd
 from trainmon.diagnose.findings import Finding
 from trainmon.protocol import K_CKPT, K_ITER_START, K_MARK, K_WAIT
 from trainmon.record import load_recording
-from trainmon.replay import ReplayClock, ReplayFeed, status_lines
 from trainmon.store.series import Series
 from trainmon.store.store import Store
 from trainmon.view import (
@@ -26,15 +25,14 @@ from trainmon.view import (
     FrameBuilder,
     Layout,
     LiveFeed,
+    ReplayClock,
+    ReplayFeed,
     ViewState,
-    bucket_series,
     build_frame,
-    make_edges,
-    run_marks,
     run_values,
-    step_buckets,
-    value_at,
+    status_lines,
 )
+from trainmon.view.resample import bucket_series, make_edges, run_marks, step_buckets, value_at
 
 T0 = 1000.0
 WALL = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC

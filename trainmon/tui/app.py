@@ -176,7 +176,7 @@ class TrainmonApp(App[int]):
             thread.request(self._layout(), force=force)
         else:
             thread.layout = self._layout()
-            thread._build_once()
+            thread.build_now()
 
     def _post_frame(self, frame: Frame) -> None:
         self.post_message(FrameReady(frame))
@@ -242,13 +242,12 @@ class TrainmonApp(App[int]):
         self.request_frame()
 
     def action_speed(self, direction: int) -> None:
-        step = getattr(self.feed, "faster" if direction > 0 else "slower", None)
-        if step is None:
+        speed = self.feed.change_speed(direction)
+        if speed is None:
             return
-        speed = step()
         self.notify(f"replay speed {speed:g}×", timeout=1.5)
         with self.state.lock:
-            self.state.version += 1
+            self.state.touch()
         self.request_frame()
 
     def action_help(self) -> None:

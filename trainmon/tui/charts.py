@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainmon.numbers import finite
 from trainmon.tui.theme import Glyphs
 
 Cell = tuple[str, "str | None", "str | None"]
@@ -29,10 +30,6 @@ class Layer:
     role: str
     mono: str = "█"  # full cell under NO_COLOR
     ascii: str = "#"
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and not math.isnan(x) and not math.isinf(x)
 
 
 def pairs(values: Sequence[float], sub: int) -> list[float]:

@@ -44,11 +44,12 @@ class FrameThread(threading.Thread):
                 return
             self._wake.clear()
             try:
-                self._build_once()
+                self.build_now()
             except Exception:
                 log.exception("building a frame failed")
 
-    def _build_once(self) -> None:
+    def build_now(self) -> None:
+        """Build and post one frame on the calling thread (unless a paused view is unchanged since the last)."""
         state = self.builder.state
         layout = self.layout
         # A paused view over unchanged settings draws the same frame again: skip it.

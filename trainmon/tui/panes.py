@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainmon.numbers import finite
 from trainmon.tui.charts import (
     Layer,
     area,
     bars,
-    finite,
     fmt_mb,
     fmt_ms,
     fmt_num,

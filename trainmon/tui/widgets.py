@@ -8,7 +8,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
 
-from trainmon.tui.charts import BLANK, Cell, finite, fmt_mb, fmt_num, fmt_rate
+from trainmon.numbers import finite
+from trainmon.tui.charts import BLANK, Cell, fmt_mb, fmt_num, fmt_rate
 from trainmon.tui.lines import (
     PLAIN,
     Geometry,

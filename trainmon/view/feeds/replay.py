@@ -12,8 +12,11 @@ from collections.abc import Callable, Iterator
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.rules import Thresholds
 from trainmon.labels import status_run_part, status_text
+from trainmon.numbers import is_nan
 from trainmon.store.store import Store
-from trainmon.view import VerdictPoint, clip_points, fmt_elapsed, run_values
+from trainmon.view.feeds.protocol import VerdictPoint, clip_points
+from trainmon.view.resample import run_values
+from trainmon.view.timefmt import fmt_elapsed
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
@@ -70,7 +73,7 @@ class ReplayClock:
 
 
 class ReplayFeed:
-    """A loaded recording as a Feed (see trainmon.view)."""
+    """A loaded recording as a :class:`~trainmon.view.feeds.protocol.Feed`."""
 
     live = False
 
@@ -163,15 +166,8 @@ class ReplayFeed:
     def subscribe(self, callback: Callable[[], None]) -> bool:
         return False  # the playback clock moves on its own: the screen polls it
 
-    # ---- playback speed
-
-    def faster(self) -> float:
-        return self._step_speed(+1)
-
-    def slower(self) -> float:
-        return self._step_speed(-1)
-
-    def _step_speed(self, direction: int) -> float:
+    def change_speed(self, direction: int) -> float:
+        """The next speed of :data:`SPEEDS` up (``direction`` > 0) or down, staying at the last one at either end."""
         cur = self.clock.speed
         if direction > 0:
             nxt = next((s for s in SPEEDS if s > cur + 1e-9), SPEEDS[-1])
@@ -211,7 +207,7 @@ def status_lines(feed: ReplayFeed, every_s: float = 1.0) -> Iterator[str]:
             runs = [r for r in feed.store.runs.values() if r.first_seen <= t <= r.last_seen + 1.0]
             for run in runs[:4]:
                 v = run_values(run, t)
-                steps_s = v.steps_s if v.steps_s == v.steps_s else 0.0
+                steps_s = 0.0 if is_nan(v.steps_s) else v.steps_s
                 parts.append(status_run_part(run.label, steps_s, v.wait_pct / 100, v.steps_total))
         shown = (verdict.code, verdict.summary) if verdict is not None else None
         text = status_text(parts, shown, "no training process attached")

@@ -1,0 +1,224 @@
+"""Each pane's series and its values at the cursor, read out of the store: training runs, agentless processes,
+GPUs, CPU, disks and the process table. Call under the store's lock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trainmon.numbers import NAN, is_nan
+from trainmon.store.run import Run
+from trainmon.store.series import Series
+from trainmon.store.store import Store
+from trainmon.view.frames import AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
+from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
+
+THROTTLE_NAMES = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal", 0x80: "power brake"}
+GPM_KEYS = ("gpm.sm_active", "gpm.sm_occupancy", "gpm.tensor_active", "gpm.dram_bw")
+ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
+
+
+def visible_runs(store: Store, t0: float, t1: float) -> list[Run]:
+    runs = [r for r in store.runs.values() if r.first_seen <= t1 and r.last_seen >= t0 - 5.0]
+    return sorted(runs, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid, r.id))
+
+
+def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols: int, instant: float) -> RunView:
+    wait_ms, compute_ms, rate, wait_pct = step_buckets(run, edges)
+    if run.connected and not run.ended:
+        state = "running"
+    else:
+        state = f"ended: {run.ended or 'closed'}"
+    if not run.connected and run.last_seen > instant:
+        state = "running"  # replay: at the instant shown it had not ended yet
+    return RunView(
+        run.id,
+        run.label,
+        run.name,
+        run.pid,
+        state,
+        _loader_text(run),
+        wait_ms,
+        compute_ms,
+        rate,
+        wait_pct,
+        run_marks(run, col_edges, cols),
+        run_values(run, instant),
+    )
+
+
+def _loader_text(run: Run) -> str:
+    info = run.train_loader()
+    if info is None:
+        return ""
+    c = info.config
+    parts = []
+    if isinstance(c.get("batch_size"), int):
+        parts.append(f"bs {c['batch_size']}")
+    if isinstance(c.get("num_workers"), int):
+        parts.append(f"{c['num_workers']} worker{'s' if c['num_workers'] != 1 else ''}")
+    if "pin_memory" in c:
+        parts.append("pin" if c.get("pin_memory") else "no pin")
+    if c.get("persistent_workers"):
+        parts.append("persistent")
+    return " · ".join(parts)
+
+
+def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[AgentlessView]:
+    out = []
+    for name in store.series_names("pyspy."):
+        if not name.endswith(".data_wait_share"):
+            continue
+        try:
+            pid = int(name.split(".")[1])
+        except ValueError:
+            continue
+        wait = store.series.get(name)
+        ckpt = store.series.get(f"pyspy.{pid}.checkpoint_share")
+        out.append(
+            AgentlessView(
+                pid,
+                [x * 100 for x in bucket_series(wait, edges, hold)],
+                [x * 100 for x in bucket_series(ckpt, edges, hold)],
+                {"wait_pct": value_at(wait, t, 3 * hold) * 100, "checkpoint_pct": value_at(ckpt, t, 3 * hold) * 100},
+            )
+        )
+    return out
+
+
+def _indices(store: Store, prefix: str, suffix: str) -> list[str]:
+    """The middle parts of series named ``prefix + X + suffix``, e.g. GPU indices or disk names."""
+    out = []
+    for name in store.series:
+        if name.startswith(prefix) and name.endswith(suffix):
+            mid = name[len(prefix) : len(name) - len(suffix)]
+            if mid and "." not in mid:
+                out.append(mid)
+    return out
+
+
+def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[GpuView]:
+    names = {}
+    for d in store.metadata.get("gpus") or []:
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            names[d["index"]] = str(d.get("name") or "")
+    out = []
+    for idx in sorted(int(i) for i in _indices(store, "gpu.", ".util") if i.isdigit()):
+        p = f"gpu.{idx}."
+
+        def s(key: str, p: str = p) -> Series | None:
+            return store.series.get(p + key)
+
+        util = bucket_series(s("util"), edges, hold)
+        util_max = bucket_series(s("util_max"), edges, hold, "max")
+        used = bucket_series(s("mem_used_mb"), edges, hold)
+        total = value_at(s("mem_total_mb"), edges[-1], 1e9)
+        mem_pct = [u / total * 100 if total and not is_nan(total) else NAN for u in used]
+        values = {
+            k: value_at(s(k), t, hold)
+            for k in (
+                "util",
+                "util_min",
+                "util_max",
+                "mem_used_mb",
+                "mem_total_mb",
+                "power_w",
+                "power_limit_w",
+                "temp_c",
+                "sm_clock_mhz",
+                "sm_clock_max_mhz",
+                "pcie_rx_mb_s",
+                "pcie_tx_mb_s",
+                "mem_util",
+            )
+        }
+        bits = value_at(s("throttle"), t, hold)
+        throttle = [] if is_nan(bits) else [nm for b, nm in THROTTLE_NAMES.items() if int(bits) & b]
+        gpm = {k.split(".")[1]: v for k in GPM_KEYS if not is_nan(v := value_at(s(k), t, hold))}
+        out.append(GpuView(idx, names.get(idx, ""), util, util_max, mem_pct, values, throttle, gpm))
+    return out
+
+
+def cpu_view(store: Store, edges: Sequence[float], t: float, hold: float) -> CpuView:
+    def s(key: str) -> Series | None:
+        return store.series.get(key)
+
+    busy = bucket_series(s("cpu.busy"), edges, hold)
+    iowait = bucket_series(s("cpu.iowait"), edges, hold)
+    mem_pct = bucket_series(s("mem.used_pct"), edges, hold)
+    cores = sorted(int(i) for i in _indices(store, "cpu.core.", ".busy") if i.isdigit())
+    per_core = [value_at(s(f"cpu.core.{i}.busy"), t, hold) for i in cores]
+    values = {
+        k: value_at(s(k), t, hold)
+        for k in (
+            "cpu.busy",
+            "cpu.iowait",
+            "cpu.user",
+            "cpu.system",
+            "cpu.steal",
+            "load.1",
+            "mem.used_pct",
+            "mem.used_mb",
+            "mem.total_mb",
+            "swap.used_mb",
+            "swap.total_mb",
+        )
+    }
+    values["cores"] = float(len(cores)) if cores else value_at(s("cpu.cores"), t, 1e9)
+    return CpuView(busy, iowait, mem_pct, per_core, values)
+
+
+def disk_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[DiskView]:
+    out = []
+    for name in _indices(store, "disk.", ".read_mb_s"):
+        p = f"disk.{name}."
+        read = bucket_series(store.series.get(p + "read_mb_s"), edges, hold)
+        write = bucket_series(store.series.get(p + "write_mb_s"), edges, hold)
+        util = bucket_series(store.series.get(p + "util_pct"), edges, hold)
+        values = {
+            k: value_at(store.series.get(p + k), t, hold)
+            for k in ("read_mb_s", "write_mb_s", "util_pct", "r_await_ms", "w_await_ms", "r_s", "w_s")
+        }
+        activity = (
+            sum(x for x in read if x == x) + sum(x for x in write if x == x) + sum(x for x in util if x == x) / 100
+        )
+        out.append(DiskView(name, read, write, util, values, activity))
+    return sorted(out, key=lambda d: (-d.activity, d.name))
+
+
+def _roles(store: Store, extra: dict[int, str], t: float) -> dict[int, tuple[str, str]]:
+    """pid → (role, name) of the training process tree as it was at ``t``."""
+    out: dict[int, tuple[str, str]] = {}
+    for pid, role in extra.items():
+        out[pid] = (role, "")
+    for run in store.runs.values():
+        if run.first_seen > t:
+            continue
+        name = f"{run.name} (rank {run.rank})" if run.rank is not None else run.name
+        out[run.pid] = (run.role, name)
+        loaders = [(lid, info) for lid, info in sorted(run.loaders.items()) if info.worker_pids]
+        for lid, info in loaders:
+            for k, pid in enumerate(info.worker_pids):
+                which = f"worker {k} of loader {lid}" if len(loaders) > 1 else f"worker {k}"
+                out[pid] = ("worker", f"{which} · {run.name}")  # what tells workers apart first: names get cut
+    return out
+
+
+def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> list[ProcRow]:
+    roles = _roles(store, extra, t)
+    pids = {int(p) for p in _indices(store, "proc.", ".rss_mb") if p.isdigit()}
+    rows = []
+    for pid in pids:
+        p = f"proc.{pid}."
+
+        def v(key: str, p: str = p) -> float:
+            return value_at(store.series.get(p + key), t, fresh_s)
+
+        rss = v("rss_mb")
+        if is_nan(rss):
+            continue  # not alive at t
+        role, name = roles.get(pid, ("proc", ""))
+        r, s, d = v("state_main_R"), v("state_main_S"), v("state_main_D")
+        if is_nan(r):
+            r, s, d = v("state_R"), v("state_S"), v("state_D")
+        rows.append(ProcRow(pid, role, name, v("cpu_pct"), r, s, d, rss, v("read_mb_s"), v("gpu_mem_mb")))
+    return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 3), r.pid))

@@ -1,0 +1,162 @@
+"""The frame models: everything one screen draws, as plain data (what each pane shows, the shared time axis).
+
+A :class:`Frame` is built by :mod:`trainmon.view.build`; the TUI only reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainmon.diagnose.findings import Finding
+from trainmon.numbers import NAN
+
+
+@dataclass
+class Axis:
+    t0: float
+    t1: float
+    cols: int
+    sub: int
+    cursor_col: int | None
+    cursor_t: float | None
+    ticks: list[tuple[int, str]]
+    cursor_label: str
+    col_dt: float
+
+    @property
+    def buckets(self) -> int:
+        return self.cols * self.sub
+
+
+@dataclass
+class VerdictView:
+    code: str
+    severity: str
+    summary: str
+    advice: list[str]
+    evidence: dict[str, Any]
+    findings: list[Finding]
+    since_s: float | None  # how long this verdict has held at the shown instant
+    at_label: str
+
+
+@dataclass
+class StripCell:
+    code: str | None
+    severity: str | None
+    change: bool = False  # the verdict changed in this column
+
+
+@dataclass
+class RunValues:
+    step_ms: float = NAN
+    wait_ms: float = NAN
+    compute_ms: float = NAN
+    wait_pct: float = NAN
+    samples_s: float = NAN
+    steps_s: float = NAN
+    steps_total: int = 0
+
+
+@dataclass
+class RunView:
+    key: int
+    label: str  # "rank 1" or "pid 4242"
+    name: str
+    pid: int
+    state: str  # "running", "ended: exit", ...
+    loader: str  # "bs 32 · 2 workers · pin off · persistent"
+    wait_ms: list[float]
+    compute_ms: list[float]
+    samples_s: list[float]
+    wait_pct: list[float]
+    marks: list[str]  # per column: "" or one letter: C checkpoint, E eval, M user mark
+    values: RunValues
+
+
+@dataclass
+class AgentlessView:
+    pid: int
+    wait_share: list[float]
+    checkpoint_share: list[float]
+    values: dict[str, float]
+
+
+@dataclass
+class GpuView:
+    index: int
+    name: str
+    util: list[float]
+    util_max: list[float]
+    mem_pct: list[float]
+    values: dict[str, float]
+    throttle: list[str]
+    gpm: dict[str, float]
+
+
+@dataclass
+class CpuView:
+    busy: list[float]
+    iowait: list[float]
+    mem_pct: list[float]
+    per_core: list[float]
+    values: dict[str, float]
+
+
+@dataclass
+class DiskView:
+    name: str
+    read: list[float]
+    write: list[float]
+    util: list[float]
+    values: dict[str, float]
+    activity: float
+
+
+@dataclass
+class ProcRow:
+    pid: int
+    role: str
+    name: str
+    cpu_pct: float
+    state_r: float
+    state_s: float
+    state_d: float
+    rss_mb: float
+    read_mb_s: float
+    gpu_mb: float
+
+
+@dataclass
+class Frame:
+    seq: int
+    live: bool
+    status: tuple[str, str]  # ("LIVE", ""), ("PAUSED", ...), ("REPLAY", "2× 0:12/0:30"), ("END", ...)
+    window_s: float
+    paused: bool
+    focus: str | None
+    axis: Axis
+    verdict: VerdictView | None
+    strip: list[StripCell]
+    runs: list[RunView]
+    agentless: list[AgentlessView]
+    gpus: list[GpuView]
+    gpu_error: str | None
+    cpu: CpuView
+    disks: list[DiskView]
+    procs: list[ProcRow]
+    notice: str | None = None
+
+    @property
+    def instant(self) -> float:
+        """The instant the values columns describe: the cursor, else the right edge."""
+        return self.axis.cursor_t if self.axis.cursor_t is not None else self.axis.t1
+
+
+@dataclass
+class Layout:
+    """What the screen can hold: plot columns and samples per column."""
+
+    cols: int = 60
+    sub: int = 2
