@@ -123,7 +123,7 @@ def test_long_steps_stay_exact_as_the_window_slides_and_the_median_moves():
 
 
 def test_prefix_sums_follow_the_table_through_growth_trims_and_a_clear():
-    from trainmon.store.run import Steps
+    from trainmon.store.steps import Steps
 
     steps = Steps(cap=500)
     for k in range(2_000):

@@ -11,7 +11,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmon.store.run import Run, Steps
+from trainmon.store.run import Run
+from trainmon.store.steps import Steps
 from trainmon.store.store import Store
 
 

@@ -10,10 +10,8 @@ The train loader is the most iterated one; the others are eval/other phases.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from array import array
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +27,7 @@ from trainmon.protocol import (
     K_STEP,
     K_WAIT,
 )
+from trainmon.store.steps import Steps
 
 NS = 1e-9
 WARMUP_STEPS = 5  # first steps of a run: compilation, cuDNN autotune, worker start
@@ -48,101 +47,6 @@ class LoaderInfo:
     batches: int = 0
     wait_s: float = 0.0
     iterators: int = 0
-
-
-class Steps:
-    """Columnar step table: start, end, duration, data wait (s), samples, warm-up flag, loader.
-
-    ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
-    ``total`` counts every step ever completed."""
-
-    __slots__ = ("_cum", "cap", "dur", "end", "exposed", "loader", "samples", "scan", "start", "total", "wait", "warm")
-
-    def __init__(self, cap: int | None) -> None:
-        self.cap = cap
-        self.start = array("d")
-        self.end = array("d")
-        self.dur = array("d")  # end - start, kept so window sums and maxima need no per-step Python
-        self.wait = array("d")
-        self.exposed = array("d")  # GPU idle exposed by the wait (nan where not measured)
-        self.samples = array("l")
-        self.warm = array("b")
-        self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
-        self.total = 0  # steps ever completed (the table itself may be trimmed)
-        self.scan: tuple | None = None  # the diagnosis's incremental scan for long steps (see diagnose.window)
-        self._cum: list | None = None  # running sums (see prefix_sums)
-
-    def _columns(self) -> tuple[array, ...]:
-        return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
-
-    def add(
-        self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float, loader: int = 0
-    ) -> None:
-        self.start.append(start)
-        self.end.append(end)
-        self.dur.append(end - start)
-        self.wait.append(wait)
-        self.exposed.append(exposed)
-        self.samples.append(samples)
-        self.warm.append(1 if warm else 0)
-        self.loader.append(loader)
-        self.total += 1
-        self.trim()
-
-    def extend_steady(self, start: array, end: array, dur: array, wait: array, samples: int, loader: int) -> None:
-        """Append steady-state steps of one loader given as columns (the batch ingest path)."""
-        n = len(end)
-        self.start.extend(start)
-        self.end.extend(end)
-        self.dur.extend(dur)
-        self.wait.extend(wait)
-        self.exposed.extend(array("d", [_NAN]) * n)
-        self.samples.extend(array("l", [samples]) * n)
-        self.warm.extend(bytes(n))
-        self.loader.extend(array("l", [loader]) * n)
-        self.total += n
-        self.trim()
-
-    def trim(self) -> None:
-        """Keep at most ``cap`` rows; trims a quarter at a time so the cost is amortised."""
-        if self.cap is not None and len(self.end) > self.cap:
-            drop = len(self.end) - self.cap + self.cap // 4
-            for col in self._columns():
-                del col[:drop]
-
-    def __len__(self) -> int:
-        return len(self.end)
-
-    def clear(self) -> None:
-        for col in self._columns():
-            del col[:]
-        self.total = 0
-        self.scan = None
-        self._cum = None
-
-    def prefix_sums(self) -> tuple[array, array, array]:
-        """Running sums of duration, wait and samples: ``cum[j] - cum[i]`` is the sum over rows [i, j).
-
-        Extended with the rows added since the last call and trimmed with the table, so a chart or a
-        window sums any range in O(1) however many steps it spans."""
-        offset = self.total - len(self.end)
-        c = self._cum
-        if c is None or c[0] > offset or c[0] + len(c[1]) - 1 > self.total:
-            c = self._cum = [offset, array("d", [0.0]), array("d", [0.0]), array("d", [0.0])]
-        first, cum_dur, cum_wait, cum_samples = c
-        if first < offset:
-            for col in (cum_dur, cum_wait, cum_samples):
-                del col[: offset - first]
-            c[0] = offset
-        done = len(cum_dur) - 1  # rows summed so far, from the table's head
-        if done < len(self.end):
-            for cum, col in ((cum_dur, self.dur), (cum_wait, self.wait), (cum_samples, self.samples)):
-                cum.extend(itertools.islice(itertools.accumulate(col[done:], initial=cum[-1]), 1, None))
-        return cum_dur, cum_wait, cum_samples
-
-    def index_range(self, t0: float, t1: float) -> tuple[int, int]:
-        """Steps that ended within ``[t0, t1]``."""
-        return bisect_left(self.end, t0), bisect_right(self.end, t1)
 
 
 class Run:
