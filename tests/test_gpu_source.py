@@ -300,7 +300,7 @@ def test_attribute_error_inside_a_call_is_contained():
     def broken(handle):
         raise AttributeError("'c_nvmlMemory_t' object has no attribute 'reserved'")
 
-    src._fns["memory"] = [("nvmlDeviceGetMemoryInfo", broken)]
+    src._binding.fns["memory"] = [("nvmlDeviceGetMemoryInfo", broken)]
     out = src.sample(1.0)
     assert isnan(out["gpu.0.mem_used_mb"]) and "reserved" in src.na_reasons["gpu.0.mem_used_mb"]
     assert out["gpu.0.util"] == 87.0

@@ -4,6 +4,10 @@ Every failure is local: a call that fails makes only its own series NaN and reco
 (logged once per series and reason). A lost GPU turns only that device's series NaN. Without a driver or a
 GPU the whole source is unavailable, `error` says why in one line, and `sample()` returns {}.
 
+This module is the GPU model (devices, sampling, GPM sample pairs, processes, CUDA_VISIBLE_DEVICES); the
+binding, its return codes and how failures become n/a reasons are in `trainmon.sources.nvml`. It runs past 400
+lines because all of these work on one device list under one lock, inside the one `GpuSource` class.
+
 Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clocks in MHz, percentages 0-100.
 """
 
@@ -12,40 +16,23 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
 from typing import Any
+
+from trainmon.numbers import NAN, is_nan
+from trainmon.sources.nvml import (
+    FAIL,
+    DeviceLost,
+    NvmlBinding,
+    as_str,
+    error_text,
+    gpm_reason,
+    newer_samples,
+    value_field,
+)
 
 log = logging.getLogger("trainmon.gpu")
 
-NAN = math.nan
 MIB = 1024.0 * 1024.0
-
-# NVML return codes: part of the C ABI, identical in every binding version.
-_SUCCESS = 0
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_DRIVER_NOT_LOADED = 9
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_LIB_RM_VERSION_MISMATCH = 18
-_ARGUMENT_VERSION_MISMATCH = 25
-_DEPRECATED = 26
-
-# Failures that will not go away by asking again: the call is not repeated for that device.
-_PERMANENT = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH, _DEPRECATED})
-_LOST = {_GPU_IS_LOST: "GPU lost", _RESET_REQUIRED: "GPU requires reset"}
-
-# Constants of the NVML API, used when a binding lacks the name.
-_GPU_UTILIZATION_SAMPLES = 1
-_TEMPERATURE_GPU = 0
-_CLOCK_SM = 1
-_CLOCK_MEM = 2
-_PCIE_UTIL_TX_BYTES = 0
-_PCIE_UTIL_RX_BYTES = 1
-_GPM_METRICS_GET_VERSION = 1
 
 # Per-device series, in output order (the name after "gpu.{i}.").
 METRICS = (
@@ -69,55 +56,7 @@ METRICS = (
 GPM_METRICS = {"gpm.sm_active": 2, "gpm.sm_occupancy": 3, "gpm.tensor_active": 5, "gpm.dram_bw": 10}
 # NVML says the two GPM samples must be some time apart; DCGM keeps them >= its update interval.
 GPM_MIN_INTERVAL_S = 0.1
-# On the first read the driver hands back its whole buffer; only the newest second describes "now".
-FIRST_WINDOW_US = 1_000_000
 LOST_PROBE_INTERVAL_S = 5.0
-
-# Entry points, newest first: a FunctionNotFound from an older driver moves on to the next one.
-_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "count": ("nvmlDeviceGetCount",),
-    "handle": ("nvmlDeviceGetHandleByIndex",),
-    "name": ("nvmlDeviceGetName",),
-    "uuid": ("nvmlDeviceGetUUID",),
-    "util": ("nvmlDeviceGetUtilizationRates",),
-    "samples": ("nvmlDeviceGetSamples",),
-    "memory": ("nvmlDeviceGetMemoryInfo",),
-    "power": ("nvmlDeviceGetPowerUsage",),
-    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit",),
-    "temp": ("nvmlDeviceGetTemperature",),
-    "sm_clock": ("nvmlDeviceGetClockInfo",),
-    "mem_clock": ("nvmlDeviceGetClockInfo",),
-    "sm_clock_max": ("nvmlDeviceGetMaxClockInfo",),
-    "throttle": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-    "pcie_rx": ("nvmlDeviceGetPcieThroughput",),
-    "pcie_tx": ("nvmlDeviceGetPcieThroughput",),
-    "procs": (
-        "nvmlDeviceGetComputeRunningProcesses_v3",
-        "nvmlDeviceGetComputeRunningProcesses_v2",
-        "nvmlDeviceGetComputeRunningProcesses",
-    ),
-    "proc_util": ("nvmlDeviceGetProcessUtilization",),
-    "gpm_support": ("nvmlGpmQueryDeviceSupport",),
-    "gpm_alloc": ("nvmlGpmSampleAlloc",),
-    "gpm_sample": ("nvmlGpmSampleGet",),
-    "gpm_metrics": ("nvmlGpmMetricsGet",),
-    "gpm_free": ("nvmlGpmSampleFree",),
-}
-
-# nvmlValueType_t → field of the nvmlValue_t union.
-_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
-_FAIL: Any = object()  # sentinel: the call failed and the reason is recorded
-
-
-class _Never(Exception):
-    """Stands in for an exception class the binding does not define, so `except` clauses stay valid."""
-
-
-class _DeviceLost(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _Gpm:
@@ -163,18 +102,17 @@ class GpuSource:
 
     def __init__(self, nvml_module: Any = None) -> None:
         self.error: str | None = None
-        self._reasons: dict[str, str] = {}  # series (or "gpu.{i}.<what>") → why it is n/a
+        self._binding = NvmlBinding()
+        # The binding records n/a reasons as its calls fail; sampling clears them as values come back.
+        self._reasons = self._binding.reasons
+        self._call = self._binding.call
         self._now = 0.0
         self.unresolved_visible: list[str] = []
-        self._nvml: Any = None
         self._initialized = False
         self._lock = threading.Lock()
         self._devices: list[_Device] = []
         self._visible: set[int] | None = None
-        self._logged: set[tuple[str, str]] = set()
-        self._fns: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
-        self._error_cls: type[BaseException] = _Never
-        self._mismatch_cls: type[BaseException] = _Never
+        self._exceptions_logged: set[str] = set()
         self._init(nvml_module)
 
     # ------------------------------------------------------------------ setup
@@ -189,60 +127,25 @@ class GpuSource:
         return dict(self._reasons)
 
     def _init(self, nvml_module: Any) -> None:
-        try:
-            if nvml_module is None:
-                import pynvml as nvml_module
-        except Exception as e:  # ImportError, or a binding that fails at import time
-            self.error = f"nvidia-ml-py (pynvml) not importable: {e}"
-            log.info("GPU source unavailable: %s", self.error)
-            return
-        self._nvml = nvml_module
-        self._error_cls = getattr(nvml_module, "NVMLError", None) or _Never
-        self._mismatch_cls = getattr(nvml_module, "NVMLLibraryMismatchError", None) or _Never
-        try:
-            nvml_module.nvmlInit()
-        except Exception as e:
-            self.error = _describe_init_error(e)
+        self.error = self._binding.load(nvml_module)
+        if self.error is not None:
             log.info("GPU source unavailable: %s", self.error)
             return
         self._initialized = True
         try:
-            self._consts()
-            self._fns = {
-                key: [(n, getattr(nvml_module, n)) for n in names if callable(getattr(nvml_module, n, None))]
-                for key, names in _FUNCTIONS.items()
-            }
-            count = self._count()
+            self._binding.resolve()
+            count = self._binding.device_count()
             self._enumerate(0 if count is None else count, 0.0)
         except Exception as e:  # a bug here must not take the monitor down
             log.exception("GPU source setup failed")
-            self.error = f"GPU source setup failed: {type(e).__name__}: {_text(e)}"
-
-    def _consts(self) -> None:
-        m = self._nvml
-        self._c_util_samples = getattr(m, "NVML_GPU_UTILIZATION_SAMPLES", _GPU_UTILIZATION_SAMPLES)
-        self._c_temp_gpu = getattr(m, "NVML_TEMPERATURE_GPU", _TEMPERATURE_GPU)
-        self._c_clock_sm = getattr(m, "NVML_CLOCK_SM", _CLOCK_SM)
-        self._c_clock_mem = getattr(m, "NVML_CLOCK_MEM", _CLOCK_MEM)
-        self._c_pcie_rx = getattr(m, "NVML_PCIE_UTIL_RX_BYTES", _PCIE_UTIL_RX_BYTES)
-        self._c_pcie_tx = getattr(m, "NVML_PCIE_UTIL_TX_BYTES", _PCIE_UTIL_TX_BYTES)
-
-    def _count(self) -> int | None:
-        fns = self._fns.get("count") or []
-        if not fns:
-            self._log_once("gpu.count", "nvmlDeviceGetCount not in this pynvml binding")
-            return None
-        try:
-            return int(fns[0][1]())
-        except Exception as e:
-            self._log_once("gpu.count", f"device count failed: {_text(e)}")
-            return None
+            self.error = f"GPU source setup failed: {type(e).__name__}: {error_text(e)}"
 
     def _enumerate(self, count: int, now: float) -> None:
         """(Re)build the device list: handles are looked up here once and cached."""
         for d in self._devices:
             self._free_gpm(d)
-        self._reasons = {k: v for k, v in self._reasons.items() if not k.startswith("gpu.")}
+        for key in [k for k in self._reasons if k.startswith("gpu.")]:
+            del self._reasons[key]  # in place: the binding holds the same dict
         self._devices = [self._open_device(i, now) for i in range(count)]
         if count == 0:
             self.error = "NVML sees no GPU"
@@ -253,7 +156,7 @@ class GpuSource:
         d = _Device(index, None)
         try:
             self._open_handle(d)
-        except _DeviceLost as e:
+        except DeviceLost as e:
             self._lose(d, e.reason, now)
         if d.handle is None and d.lost is None:
             # Without a handle nothing can be read: treated like a lost GPU, opened again every few seconds.
@@ -262,44 +165,39 @@ class GpuSource:
 
     def _open_handle(self, d: _Device) -> None:
         handle = self._call(d, "handle", (), d.index)
-        if handle is _FAIL:
+        if handle is FAIL:
             return
         d.handle = handle
         name = self._call(d, "name", (), handle)
-        d.name = name if isinstance(name, str) else ("" if name is _FAIL else _as_str(name))
+        d.name = name if isinstance(name, str) else ("" if name is FAIL else as_str(name))
         uuid = self._call(d, "uuid", (), handle)
-        d.uuid = uuid if isinstance(uuid, str) else ("" if uuid is _FAIL else _as_str(uuid))
+        d.uuid = uuid if isinstance(uuid, str) else ("" if uuid is FAIL else as_str(uuid))
         mem = self._call(d, "memory", (d.keys["mem_total_mb"],), handle)
-        if mem is not _FAIL:
+        if mem is not FAIL:
             d.mem_total_mb = mem.total / MIB
         self._open_gpm(d)
 
     def _open_gpm(self, d: _Device) -> None:
         support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
-        if support is _FAIL:
-            d.gpm_status = _gpm_reason(self._reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
+        if support is FAIL:
+            d.gpm_status = gpm_reason(self._reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
             return
         if not getattr(support, "isSupportedDevice", 0):
             d.gpm_status = "not supported on this GPU (GPM needs Hopper or newer)"
             return
-        samples = []
+        samples: list[Any] = []
         for _ in range(2):
             s = self._call(d, "gpm_alloc", ())
-            if s is _FAIL:
+            if s is FAIL:
                 self._free_samples(d, samples)
                 d.gpm_status = "GPM sample allocation failed: " + self._reasons.pop(d.prefix + "gpm_alloc", "?")
                 return
             samples.append(s)
-        query_cls = getattr(self._nvml, "c_nvmlGpmMetricsGet_t", None)
-        if query_cls is None:
+        query = self._binding.gpm_query(list(GPM_METRICS.values()))
+        if query is None:
             self._free_samples(d, samples)
             d.gpm_status = "this pynvml binding has no c_nvmlGpmMetricsGet_t"
             return
-        query = query_cls()
-        query.version = getattr(self._nvml, "NVML_GPM_METRICS_GET_VERSION", _GPM_METRICS_GET_VERSION)
-        query.numMetrics = len(GPM_METRICS)
-        for j, metric_id in enumerate(GPM_METRICS.values()):
-            query.metrics[j].metricId = metric_id
         d.set_gpm(_Gpm(samples, query))
         d.gpm_status = "ok"
 
@@ -307,7 +205,7 @@ class GpuSource:
         for s in samples:
             try:
                 self._call(d, "gpm_free", (), s, log_level=logging.DEBUG)
-            except _DeviceLost:
+            except DeviceLost:
                 pass
 
     def _free_gpm(self, d: _Device) -> None:
@@ -315,76 +213,7 @@ class GpuSource:
             self._free_samples(d, d.gpm.samples)
             d.set_gpm(None)
 
-    # ------------------------------------------------------------------ calls and failures
-
-    def _call(
-        self,
-        d: _Device,
-        key: str,
-        series: Sequence[str],
-        *args: Any,
-        not_found: Any = _FAIL,
-        log_level: int = logging.INFO,
-    ) -> Any:
-        """fn(*args) for the function behind `key`, or _FAIL after recording why `series` are n/a.
-
-        Raises _DeviceLost when NVML says the GPU fell off the bus.
-        """
-        reason = d.skip.get(key)
-        if reason is not None:
-            for s in series:
-                self._reasons[s] = reason
-            return _FAIL
-        fns = self._fns.get(key, [])
-        while fns:
-            fn_name, fn = fns[0]
-            try:
-                return fn(*args)
-            except self._error_cls as e:
-                code = getattr(e, "value", None)
-                if code == _FUNCTION_NOT_FOUND and len(fns) > 1:
-                    self._drop_entry_point(key, fn_name, _text(e))
-                    continue
-                if not_found is not _FAIL and code in (_NOT_FOUND, _SUCCESS):
-                    return not_found  # "no samples newer than the timestamp": not a failure
-                if code in _LOST:
-                    raise _DeviceLost(_LOST[code]) from None
-                self._fail(d, key, series, f"{_text(e)} ({fn_name})", code in _PERMANENT, log_level)
-                return _FAIL
-            except self._mismatch_cls as e:  # pynvml's unversioned wrapper over a missing symbol
-                if len(fns) > 1:
-                    self._drop_entry_point(key, fn_name, _text(e))
-                    continue
-                self._fail(d, key, series, f"Function Not Found ({fn_name})", True, log_level)
-                return _FAIL
-            except AttributeError as e:  # a binding whose struct or helper lacks something
-                self._fail(d, key, series, f"{_text(e)} ({fn_name})", True, log_level)
-                return _FAIL
-            except Exception as e:
-                self._fail(d, key, series, f"{type(e).__name__}: {_text(e)} ({fn_name})", False, log_level)
-                return _FAIL
-        names = " / ".join(_FUNCTIONS.get(key, (key,)))
-        self._fail(d, key, series, f"not in this pynvml binding or driver ({names})", True, log_level)
-        return _FAIL
-
-    def _drop_entry_point(self, key: str, fn_name: str, why: str) -> None:
-        fns = self._fns[key]
-        if fns and fns[0][0] == fn_name:
-            fns.pop(0)
-            self._log_once(f"gpu.fn.{fn_name}", f"{fn_name}: {why}; falling back to {fns[0][0]}", logging.DEBUG)
-
-    def _fail(self, d: _Device, key: str, series: Sequence[str], reason: str, permanent: bool, log_level: int) -> None:
-        if permanent:
-            d.skip[key] = reason
-        names = series or (d.prefix + key,)
-        for s in names:
-            self._reasons[s] = reason
-        self._log_once(names[0], reason, log_level if permanent else max(log_level, logging.WARNING))
-
-    def _log_once(self, metric: str, reason: str, level: int = logging.WARNING) -> None:
-        if (metric, reason) not in self._logged:
-            self._logged.add((metric, reason))
-            log.log(level, "%s n/a: %s", metric, reason)
+    # ------------------------------------------------------------------ lost devices
 
     def _mark_device(self, d: _Device, reason: str) -> None:
         for s in d.series:
@@ -394,7 +223,7 @@ class GpuSource:
         d.lost = reason
         d.lost_probe_t = now
         self._mark_device(d, reason)
-        self._log_once(d.prefix.rstrip("."), reason, logging.WARNING)
+        self._binding.log_once(d.prefix.rstrip("."), reason, logging.WARNING)
 
     def _retry_lost(self, pos: int, d: _Device, now: float) -> _Device:
         """A lost device is opened afresh every few seconds; a dead GPU can make each call slow."""
@@ -423,7 +252,7 @@ class GpuSource:
                 return out
             self._now = now
             try:
-                count = self._count()
+                count = self._binding.device_count()
                 if count is not None and count != len(self._devices):
                     log.info("GPU count changed: %d → %d, re-enumerating", len(self._devices), count)
                     self._enumerate(count, now)
@@ -436,8 +265,8 @@ class GpuSource:
             return out
 
     def _log_exception(self, where: str) -> None:
-        if ("exception", where) not in self._logged:
-            self._logged.add(("exception", where))
+        if where not in self._exceptions_logged:
+            self._exceptions_logged.add(where)
             log.exception("GPU source %s failed", where)
 
     def _sample_one(self, d: _Device, now: float, out: dict[str, float]) -> None:
@@ -448,7 +277,7 @@ class GpuSource:
             return
         try:
             self._read_device(d, now, out)
-        except _DeviceLost as e:
+        except DeviceLost as e:
             for s in names:
                 out[s] = NAN
             self._lose(d, e.reason, now)
@@ -459,54 +288,57 @@ class GpuSource:
             del self._reasons[key]
 
     def _read_device(self, d: _Device, now: float, out: dict[str, float]) -> None:
-        k, h, put = d.keys, d.handle, self._put
+        k, h, put, nvml = d.keys, d.handle, self._put, self._binding
         util = NAN
         u = self._call(d, "util", (k["util"], k["mem_util"]), h)
-        if u is not _FAIL:
+        if u is not FAIL:
             util = float(u.gpu)
             put(out, k["util"], util)
             put(out, k["mem_util"], float(u.memory))
         self._read_util_range(d, util, out)
         mem = self._call(d, "memory", (k["mem_used_mb"], k["mem_total_mb"]), h)
-        if mem is not _FAIL:
+        if mem is not FAIL:
             d.mem_total_mb = mem.total / MIB
             put(out, k["mem_used_mb"], mem.used / MIB)
             put(out, k["mem_total_mb"], d.mem_total_mb)
         self._scalar(d, out, "power", "power_w", 1e-3, h)
         self._scalar(d, out, "power_limit", "power_limit_w", 1e-3, h)
-        self._scalar(d, out, "temp", "temp_c", 1.0, h, self._c_temp_gpu)
-        self._scalar(d, out, "sm_clock", "sm_clock_mhz", 1.0, h, self._c_clock_sm)
-        self._scalar(d, out, "mem_clock", "mem_clock_mhz", 1.0, h, self._c_clock_mem)
-        if d.sm_clock_max != d.sm_clock_max:  # the max clock never changes: ask until it answers once
-            v = self._call(d, "sm_clock_max", (k["sm_clock_max_mhz"],), h, self._c_clock_sm)
-            if v is not _FAIL:
+        self._scalar(d, out, "temp", "temp_c", 1.0, h, nvml.temp_gpu)
+        self._scalar(d, out, "sm_clock", "sm_clock_mhz", 1.0, h, nvml.clock_sm)
+        self._scalar(d, out, "mem_clock", "mem_clock_mhz", 1.0, h, nvml.clock_mem)
+        if is_nan(d.sm_clock_max):  # the max clock never changes: ask until it answers once
+            v = self._call(d, "sm_clock_max", (k["sm_clock_max_mhz"],), h, nvml.clock_sm)
+            if v is not FAIL:
                 d.sm_clock_max = float(v)
-        if d.sm_clock_max == d.sm_clock_max:
+        if not is_nan(d.sm_clock_max):
             put(out, k["sm_clock_max_mhz"], d.sm_clock_max)
         self._scalar(d, out, "throttle", "throttle", 1.0, h)
-        self._scalar(d, out, "pcie_rx", "pcie_rx_mb_s", 1 / 1024, h, self._c_pcie_rx)
-        self._scalar(d, out, "pcie_tx", "pcie_tx_mb_s", 1 / 1024, h, self._c_pcie_tx)
+        self._scalar(d, out, "pcie_rx", "pcie_rx_mb_s", 1 / 1024, h, nvml.pcie_rx)
+        self._scalar(d, out, "pcie_tx", "pcie_tx_mb_s", 1 / 1024, h, nvml.pcie_tx)
         if d.gpm is not None:
             self._read_gpm(d, d.gpm, now, out)
 
     def _scalar(self, d: _Device, out: dict[str, float], key: str, metric: str, scale: float, *args: Any) -> None:
         series = d.keys[metric]
         v = self._call(d, key, (series,), *args)
-        if v is not _FAIL:
+        if v is not FAIL:
             self._put(out, series, float(v) * scale)
 
     def _read_util_range(self, d: _Device, util: float, out: dict[str, float]) -> None:
         k = d.keys
         lo_key, hi_key = k["util_min"], k["util_max"]
-        res = self._call(d, "samples", (lo_key, hi_key), d.handle, self._c_util_samples, d.util_ts, not_found=(1, []))
-        if res is _FAIL:
+        kind = self._binding.util_samples
+        res = self._call(d, "samples", (lo_key, hi_key), d.handle, kind, d.util_ts, not_found=(1, []))
+        if res is FAIL:
             return
         value_type, samples = res
-        values = self._new_sample_values(d, value_type, samples)
+        fresh, d.util_ts = newer_samples(samples, d.util_ts)
+        field = value_field(value_type)
+        values = [float(getattr(s.sampleValue, field)) for s in fresh]
         if values:
             self._put(out, lo_key, min(values))
             self._put(out, hi_key, max(values))
-        elif util == util:
+        elif not is_nan(util):
             # The driver's buffer runs dry while the GPU idles: the snapshot is then the whole story.
             self._put(out, lo_key, util)
             self._put(out, hi_key, util)
@@ -514,22 +346,13 @@ class GpuSource:
             reason = self._reasons.get(k["util"], "no utilisation samples")
             self._reasons[lo_key] = self._reasons[hi_key] = reason
 
-    def _new_sample_values(self, d: _Device, value_type: int, samples: list[Any]) -> list[float]:
-        if not samples:
-            return []
-        field = _VALUE_FIELDS.get(value_type, "uiVal")
-        newest = max(s.timeStamp for s in samples)
-        cutoff = d.util_ts if d.util_ts else newest - FIRST_WINDOW_US
-        d.util_ts = max(d.util_ts, newest)
-        return [float(getattr(s.sampleValue, field)) for s in samples if s.timeStamp > cutoff]
-
     def _read_gpm(self, d: _Device, g: _Gpm, now: float, out: dict[str, float]) -> None:
         keys = [d.keys[m] for m in GPM_METRICS]
         if g.have_prev and now - g.prev_t < GPM_MIN_INTERVAL_S:
             self._put_gpm(d, g, out)  # too soon for a meaningful pair: repeat the last values
             return
         cur = g.samples[g.cur]
-        if self._call(d, "gpm_sample", keys, d.handle, cur) is _FAIL:
+        if self._call(d, "gpm_sample", keys, d.handle, cur) is FAIL:
             g.have_prev = False
             g.values = dict.fromkeys(GPM_METRICS, NAN)
             if "gpm_sample" in d.skip:
@@ -538,7 +361,7 @@ class GpuSource:
         if g.have_prev:
             g.query.sample1 = g.samples[1 - g.cur]
             g.query.sample2 = cur
-            if self._call(d, "gpm_metrics", keys, g.query) is _FAIL:
+            if self._call(d, "gpm_metrics", keys, g.query) is FAIL:
                 g.values = dict.fromkeys(GPM_METRICS, NAN)
             else:
                 self._collect_gpm(d, g)
@@ -552,19 +375,14 @@ class GpuSource:
 
     def _collect_gpm(self, d: _Device, g: _Gpm) -> None:
         for j, metric in enumerate(GPM_METRICS):
-            m = g.query.metrics[j]
-            ret = int(m.nvmlReturn)
-            if ret == _SUCCESS:
-                g.values[metric] = float(m.value)
-            else:
-                g.values[metric] = NAN
-                reason = f"{_code_text(self._nvml, ret)} (nvmlGpmMetricsGet)"
+            g.values[metric], reason = self._binding.gpm_result(g.query, j)
+            if reason is not None:
                 self._reasons[d.keys[metric]] = reason
-                self._log_once(d.keys[metric], reason)
+                self._binding.log_once(d.keys[metric], reason)
 
     def _put_gpm(self, d: _Device, g: _Gpm, out: dict[str, float]) -> None:
         for metric, v in g.values.items():
-            if v == v:
+            if not is_nan(v):
                 self._put(out, d.keys[metric], v)
 
     # ------------------------------------------------------------------ processes
@@ -587,7 +405,7 @@ class GpuSource:
                         continue
                     try:
                         per_gpu[d.index] = self._device_processes(d)
-                    except _DeviceLost as e:
+                    except DeviceLost as e:
                         self._lose(d, e.reason, self._now)
                 return _merge_processes(per_gpu)
             except Exception:
@@ -596,7 +414,7 @@ class GpuSource:
 
     def _device_processes(self, d: _Device) -> dict[int, tuple[float, float]]:
         procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
-        if procs is _FAIL:
+        if procs is FAIL:
             return {}
         self._reasons.pop(d.prefix + "proc_mem", None)
         sm = self._process_sm(d)
@@ -610,18 +428,14 @@ class GpuSource:
     def _process_sm(self, d: _Device) -> dict[int, float] | None:
         key = d.prefix + "proc_sm"
         samples = self._call(d, "proc_util", (key,), d.handle, d.proc_ts, not_found=[])
-        if samples is _FAIL:
+        if samples is FAIL:
             return None
         self._reasons.pop(key, None)
-        if not samples:
-            return {}
-        newest = max(s.timeStamp for s in samples)
-        cutoff = d.proc_ts if d.proc_ts else newest - FIRST_WINDOW_US
-        d.proc_ts = max(d.proc_ts, newest)
+        fresh, d.proc_ts = newer_samples(samples, d.proc_ts)
         acc: dict[int, list[float]] = {}
-        for s in samples:
+        for s in fresh:
             # Drivers have been seen to return garbage (> 100 %) for exited processes.
-            if s.timeStamp > cutoff and 0 <= s.smUtil <= 100:
+            if 0 <= s.smUtil <= 100:
                 acc.setdefault(int(s.pid), []).append(float(s.smUtil))
         return {pid: sum(v) / len(v) for pid, v in acc.items()}
 
@@ -696,10 +510,7 @@ class GpuSource:
             except Exception:
                 self._log_exception("close")
             self._devices = []
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception as e:
-                log.debug("nvmlShutdown failed: %s", _text(e))
+            self._binding.shutdown()
 
 
 def _match_device(tok: str, present: list[_Device]) -> int | None:
@@ -723,48 +534,7 @@ def _merge_processes(per_gpu: dict[int, dict[int, tuple[float, float]]]) -> dict
     out: dict[int, dict[str, Any]] = {}
     for pid, rows in by_pid.items():
         # The GPU holding most of its memory is "its" GPU; an unknown amount (NaN) never wins.
-        gpu, _, sm = max(rows, key=lambda r: (r[1] == r[1], r[1] if r[1] == r[1] else 0.0, -r[0]))
-        known = [r[1] for r in rows if r[1] == r[1]]
+        gpu, _, sm = max(rows, key=lambda r: (not is_nan(r[1]), 0.0 if is_nan(r[1]) else r[1], -r[0]))
+        known = [r[1] for r in rows if not is_nan(r[1])]
         out[pid] = {"gpu": gpu, "mem_mb": sum(known) if known else NAN, "sm_pct": sm, "gpus": [r[0] for r in rows]}
     return out
-
-
-def _text(e: BaseException) -> str:
-    try:
-        s = str(e)
-    except Exception:  # NVMLError.__str__ may itself call into NVML
-        s = ""
-    return s or f"NVML error {getattr(e, 'value', type(e).__name__)}"
-
-
-def _code_text(nvml: Any, code: int) -> str:
-    try:
-        return str(nvml.NVMLError(code))
-    except Exception:
-        return f"NVML error {code}"
-
-
-def _as_str(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _gpm_reason(reason: str) -> str:
-    if reason.startswith(("Not Supported", "Function Not Found", "not in this pynvml")):
-        return f"not supported by this GPU or driver (GPM needs Hopper or newer and driver R520+): {reason}"
-    return f"GPM support query failed: {reason}"
-
-
-def _describe_init_error(e: BaseException) -> str:
-    code = getattr(e, "value", None)
-    text = _text(e)
-    if code in (_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
-        return f"no NVIDIA driver: {text}"
-    if code == _LIB_RM_VERSION_MISMATCH:
-        return f"NVIDIA driver and library versions differ (reload the driver or reboot): {text}"
-    if code == _NO_PERMISSION:
-        return f"no permission to use NVML: {text}"
-    if code == _FUNCTION_NOT_FOUND:
-        return f"NVIDIA driver too old for this nvidia-ml-py: {text}"
-    if isinstance(e, OSError):
-        return f"no NVIDIA driver: {type(e).__name__}: {text}"
-    return f"NVML init failed: {text}"
