@@ -19,4 +19,6 @@ def finite(x: float | None) -> bool:
 
 def rounded(x: float | None, digits: int = 2) -> float | None:
     """``x`` rounded for a report, or None where it is not a finite number."""
-    return round(x, digits) if finite(x) else None
+    if x is None or not finite(x):
+        return None
+    return round(x, digits)

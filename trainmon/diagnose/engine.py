@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainmon.diagnose import rules
 from trainmon.diagnose.evidence import gather
@@ -27,7 +28,7 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
     t0 = t - th.window_s
     findings: list[Finding] = []
     judged = 0
-    jobs: dict[tuple, list[RunWindow]] = defaultdict(list)
+    jobs: dict[tuple[Any, ...], list[RunWindow]] = defaultdict(list)
     input_by_run: dict[int, Finding | None] = {}
     with store.lock:
         host = host_window(store, t0, t)

@@ -8,6 +8,7 @@ import operator
 import weakref
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def mean(values) -> float:
+def mean(values: Iterable[float]) -> float:
     vals = [v for v in values if v == v]
     return sum(vals) / len(vals) if vals else math.nan
 
@@ -59,9 +60,9 @@ class RunWindow:
     loader_id: int | None = None
     # Where the steady steps are: the step table, global indices [first, stop) and, when warm-up or
     # another loader's steps lie between, a byte mask of the steady ones. Read on demand, never copied.
-    _rows: tuple | None = None
+    _rows: tuple[Steps, int, int, bytes | None] | None = None
 
-    def columns(self) -> tuple[array, array, array, array]:
+    def columns(self) -> tuple[array[float], array[float], array[float], array[float]]:
         """start, end, duration and wait of every steady step in the window (C-level slices)."""
         if self._rows is None:
             return array("d"), array("d"), array("d"), array("d")
@@ -70,9 +71,11 @@ class RunWindow:
         i, j = max(0, first - offset), max(0, stop - offset)
         cols = (steps.start, steps.end, steps.dur, steps.wait)
         if mask is None:
-            return tuple(c[i:j] for c in cols)  # type: ignore[return-value]
-        segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
-        return tuple(_pick(c, i, segments) for c in cols)  # type: ignore[return-value]
+            start, end, dur, wait = (c[i:j] for c in cols)
+        else:
+            segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
+            start, end, dur, wait = (_pick(c, i, segments) for c in cols)
+        return start, end, dur, wait
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
         """Each steady step's (start, end) and wait."""
@@ -124,12 +127,8 @@ class RunWindow:
         return {name for p0, p1, name in self.run.phases for s, e in spans if p0 < e and p1 > s}
 
     def eval_in(self, spans: list[tuple[float, float]]) -> bool:
-        return any(
-            s <= t <= e
-            for t, lid in self.run.iter_starts
-            for s, e in spans
-            if self.run.train_loader() is None or lid != self.run.train_loader().id
-        )
+        train = self.run.train_loader()
+        return any(s <= t <= e for t, lid in self.run.iter_starts for s, e in spans if train is None or lid != train.id)
 
     @property
     def wait_fraction(self) -> float:
@@ -196,7 +195,7 @@ def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback
     return w
 
 
-def _fill(w: RunWindow, steps, i: int, j: int, current: int) -> None:
+def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     """Sums, maxima and quantiles of the steady steps in rows [i, j): C-level slices, no per-step Python."""
     n = j - i
     loaders, warm = steps.loader[i:j], steps.warm[i:j]
@@ -328,11 +327,11 @@ def _segments(mask: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def _pick(col: array, base: int, segments: list[tuple[int, int]]) -> array:
+def _pick(col: array[float], base: int, segments: list[tuple[int, int]]) -> array[float]:
     if len(segments) == 1:
         a, b = segments[0]
         return col[base + a : base + b]
-    out = array(col.typecode)
+    out: array[float] = array(col.typecode)
     for a, b in segments:
         out += col[base + a : base + b]
     return out

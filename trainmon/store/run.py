@@ -112,7 +112,7 @@ class Run:
         return main_role(self.hello)
 
     @property
-    def job_key(self) -> tuple:
+    def job_key(self) -> tuple[Any, ...]:
         """Runs sharing a job: same launcher rendezvous, or the same trainmon run."""
         job = self.hello.get("job") or {}
         if job.get("TRAINMON_JOB"):
@@ -160,7 +160,7 @@ class Run:
             info = self.loaders[lid] = LoaderInfo(lid)
         return info
 
-    def apply_events(self, records: array) -> None:
+    def apply_events(self, records: array[int]) -> None:
         """Fold a batch of flat int64 records into the step table (see trainmon.protocol).
 
         Record by record, except for the stretch of a batch where steps repeat one pattern (a train
@@ -185,7 +185,7 @@ class Run:
         if n:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
 
-    def _fold_regular(self, records: array, tags: array, boundary: int) -> int:
+    def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
         """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, while
         they repeat [train wait, boundary] or, with explicit steps, [train wait, optimizer step, step];
         returns how many records were folded (0 when the state or the batch does not allow it).
@@ -194,7 +194,8 @@ class Run:
         lid = self._train
         train = self.loaders.get(lid) if lid is not None else None
         if (
-            train is None
+            lid is None
+            or train is None
             or self._cur_start is None
             or self._cur_batches
             or self._cur_wait
@@ -237,7 +238,9 @@ class Run:
         self._cur_start = self._last_end = end[-1]
         return m * period
 
-    def _apply_each(self, tags: array, t0s: array, t1s: array, vals: array, lo: int, hi: int) -> None:
+    def _apply_each(
+        self, tags: array[int], t0s: array[int], t1s: array[int], vals: array[int], lo: int, hi: int
+    ) -> None:
         for i in range(lo, hi):
             tag = tags[i]
             kind = tag & 0xFF

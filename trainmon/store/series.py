@@ -42,7 +42,7 @@ class Series:
             return None
         return self.times[-1], self.values[-1]
 
-    def between(self, t0: float, t1: float) -> tuple[array, array]:
+    def between(self, t0: float, t1: float) -> tuple[array[float], array[float]]:
         i = bisect_left(self.times, t0)
         j = bisect_right(self.times, t1)
         return self.times[i:j], self.values[i:j]

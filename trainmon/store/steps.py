@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from array import array
 from bisect import bisect_left, bisect_right
+from typing import Any
 
 _NAN = float("nan")
 
@@ -28,10 +29,12 @@ class Steps:
         self.warm = array("b")
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.total = 0  # steps ever completed (the table itself may be trimmed)
-        self.scan: tuple | None = None  # the diagnosis's incremental scan for long steps (see diagnose.window)
-        self._cum: list | None = None  # running sums (see prefix_sums)
+        self.scan: tuple[Any, ...] | None = (
+            None  # the diagnosis's incremental scan for long steps (see diagnose.window)
+        )
+        self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
 
-    def _columns(self) -> tuple[array, ...]:
+    def _columns(self) -> tuple[array[Any], ...]:
         return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
 
     def add(
@@ -48,7 +51,9 @@ class Steps:
         self.total += 1
         self.trim()
 
-    def extend_steady(self, start: array, end: array, dur: array, wait: array, samples: int, loader: int) -> None:
+    def extend_steady(
+        self, start: array[float], end: array[float], dur: array[float], wait: array[float], samples: int, loader: int
+    ) -> None:
         """Append steady-state steps of one loader given as columns (the batch ingest path)."""
         n = len(end)
         self.start.extend(start)
@@ -79,7 +84,7 @@ class Steps:
         self.scan = None
         self._cum = None
 
-    def prefix_sums(self) -> tuple[array, array, array]:
+    def prefix_sums(self) -> tuple[array[float], array[float], array[float]]:
         """Running sums of duration, wait and samples: ``cum[j] - cum[i]`` is the sum over rows [i, j).
 
         Extended with the rows added since the last call and trimmed with the table, so a chart or a

@@ -19,7 +19,7 @@ from trainmon.store.series import Series
 
 class Ingest(Protocol):
     def hello(self, run_id: int, t: float, hello: dict[str, Any]) -> None: ...
-    def events(self, run_id: int, t: float, records: array) -> None: ...
+    def events(self, run_id: int, t: float, records: array[int]) -> None: ...
     def info(self, run_id: int, t: float, info: dict[str, Any]) -> None: ...
     def closed(self, run_id: int, t: float, reason: str) -> None: ...
     def sample(self, t: float, values: dict[str, float]) -> None: ...
@@ -95,7 +95,9 @@ class Store:
         if not isinstance(counts, dict):
             return 0
         seen = self._seen.setdefault(run.id, _Seen())
-        step, opt, groups = counts.get("step", 0), counts.get("opt", 0), counts.get("groups", 0)
+        step: int = counts.get("step", 0)
+        opt: int = counts.get("opt", 0)
+        groups: int = counts.get("groups", 0)
         # The counts tell which events mark the agent's steps: a store that meets the run mid-way
         # starts in that mode (and so never discards the carried-over steps as merely inferred).
         if step:
@@ -109,14 +111,14 @@ class Store:
             _resume_mid_step(run, last)
         if run.mode == "opt":
             return max(0, groups - seen.groups)
-        waits = {int(lid): n for lid, n in (counts.get("wait") or {}).items()}
+        waits: dict[int, int] = {int(lid): n for lid, n in (counts.get("wait") or {}).items()}
         if not waits:
             return 0
         train = max(waits, key=lambda lid: waits[lid])
         _seed_train_loader(run, train, waits[train])
         return max(0, waits[train] - seen.waits.get(train, 0))
 
-    def events(self, run_id: int, t: float, records: array) -> None:
+    def events(self, run_id: int, t: float, records: array[int]) -> None:
         with self.lock:
             self._touch(t)
             run = self.runs.get(run_id)
@@ -188,7 +190,7 @@ class Store:
         last = series.last() if series is not None else None
         return last[1] if last is not None else None
 
-    def values_between(self, name: str, t0: float, t1: float) -> array:
+    def values_between(self, name: str, t0: float, t1: float) -> array[float]:
         series = self.series.get(name)
         if series is None:
             return array("d")
@@ -215,7 +217,7 @@ class _Seen:
         self.step = self.opt = self.groups = self.last = 0
         self.waits: dict[int, int] = {}
 
-    def add(self, records: array) -> None:
+    def add(self, records: array[int]) -> None:
         step, opt, groups, self.last, waits = step_marks(events_payload(records), self.last)
         self.step += step
         self.opt += opt

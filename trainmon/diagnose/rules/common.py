@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 
 
-def base_evidence(w: RunWindow) -> dict:
+def base_evidence(w: RunWindow) -> dict[str, Any]:
     return {
         "run": w.run.label,
         "steps": w.steps,

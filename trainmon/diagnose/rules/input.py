@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
@@ -56,7 +57,7 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
 
 
 def _io_finding(
-    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict, pct: str
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any], pct: str
 ) -> Finding | None:
     d_state = ev.workers_mean("state_d")
     read = ev.workers_sum("read_mb_s")
@@ -126,7 +127,7 @@ def _cpu_finding(
     ev: Evidence,
     th: Thresholds,
     severity: str,
-    evidence: dict,
+    evidence: dict[str, Any],
     pct: str,
     workers: int | None,
 ) -> Finding:
