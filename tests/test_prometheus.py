@@ -80,7 +80,8 @@ def test_grafana_dashboard_queries_only_exported_metrics():
     from trainmon.export import prometheus as p
 
     dash = json.loads((Path(__file__).parent.parent / "contrib" / "grafana" / "trainmon.json").read_text())
-    exported = {name for name, _, _ in [*p.GPU_METRICS.values(), *p.DISK_METRICS.values(), *p.HOST_METRICS.values()]}
+    fields = [*p.HOST_EXPORTS.values(), *(f for table in p.FAMILY_EXPORTS.values() for f in table.values())]
+    exported = {f.prom for f in fields}
     exported |= {
         "trainmon_step_time_seconds",
         "trainmon_data_wait_ratio",
