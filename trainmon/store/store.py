@@ -196,9 +196,6 @@ class Store:
             return array("d")
         return series.between(t0, t1)[1]
 
-    def series_names(self, prefix: str) -> list[str]:
-        return sorted(n for n in self.series if n.startswith(prefix))
-
     def index(self) -> SeriesIndex:
         """The ids (GPUs, disks, pids, cores) the series belong to; rebuilt only when the set of series changes."""
         with self.lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import NAN, is_nan
 from trainmon.store.run import Run
 from trainmon.store.series import Series
@@ -12,8 +13,6 @@ from trainmon.store.store import Store
 from trainmon.view.frames import AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
 from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
 
-THROTTLE_NAMES = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal", 0x80: "power brake"}
-GPM_KEYS = ("gpm.sm_active", "gpm.sm_occupancy", "gpm.tensor_active", "gpm.dram_bw")
 ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
 
@@ -65,15 +64,10 @@ def _loader_text(run: Run) -> str:
 
 def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[AgentlessView]:
     out = []
-    for name in store.series_names("pyspy."):
-        if not name.endswith(".data_wait_share"):
-            continue
-        try:
-            pid = int(name.split(".")[1])
-        except ValueError:
-            continue
-        wait = store.series.get(name)
-        ckpt = store.series.get(f"pyspy.{pid}.checkpoint_share")
+    for ident in sorted(store.index().ids(PYSPY, "data_wait_share")):
+        pid = int(ident)
+        wait = store.series.get(PYSPY.key(pid, "data_wait_share"))
+        ckpt = store.series.get(PYSPY.key(pid, "checkpoint_share"))
         out.append(
             AgentlessView(
                 pid,
@@ -85,28 +79,16 @@ def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float)
     return out
 
 
-def _indices(store: Store, prefix: str, suffix: str) -> list[str]:
-    """The middle parts of series named ``prefix + X + suffix``, e.g. GPU indices or disk names."""
-    out = []
-    for name in store.series:
-        if name.startswith(prefix) and name.endswith(suffix):
-            mid = name[len(prefix) : len(name) - len(suffix)]
-            if mid and "." not in mid:
-                out.append(mid)
-    return out
-
-
 def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[GpuView]:
     names = {}
     for d in store.metadata.get("gpus") or []:
         if isinstance(d, dict) and isinstance(d.get("index"), int):
             names[d["index"]] = str(d.get("name") or "")
     out = []
-    for idx in sorted(int(i) for i in _indices(store, "gpu.", ".util") if i.isdigit()):
-        p = f"gpu.{idx}."
+    for idx in store.index().int_ids(GPU, "util"):
 
-        def s(key: str, p: str = p) -> Series | None:
-            return store.series.get(p + key)
+        def s(field: str, idx: int = idx) -> Series | None:
+            return store.series.get(GPU.key(idx, field))
 
         util = bucket_series(s("util"), edges, hold)
         util_max = bucket_series(s("util_max"), edges, hold, "max")
@@ -132,8 +114,8 @@ def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> li
             )
         }
         bits = value_at(s("throttle"), t, hold)
-        throttle = [] if is_nan(bits) else [nm for b, nm in THROTTLE_NAMES.items() if int(bits) & b]
-        gpm = {k.split(".")[1]: v for k in GPM_KEYS if not is_nan(v := value_at(s(k), t, hold))}
+        throttle = [] if is_nan(bits) else [r.short for r in limiting_reasons(int(bits))]
+        gpm = {k.removeprefix("gpm."): v for k in GPM_METRIC_IDS if not is_nan(v := value_at(s(k), t, hold))}
         out.append(GpuView(idx, names.get(idx, ""), util, util_max, mem_pct, values, throttle, gpm))
     return out
 
@@ -145,8 +127,8 @@ def cpu_view(store: Store, edges: Sequence[float], t: float, hold: float) -> Cpu
     busy = bucket_series(s("cpu.busy"), edges, hold)
     iowait = bucket_series(s("cpu.iowait"), edges, hold)
     mem_pct = bucket_series(s("mem.used_pct"), edges, hold)
-    cores = sorted(int(i) for i in _indices(store, "cpu.core.", ".busy") if i.isdigit())
-    per_core = [value_at(s(f"cpu.core.{i}.busy"), t, hold) for i in cores]
+    cores = store.index().int_ids(CPU_CORE, "busy")
+    per_core = [value_at(s(CPU_CORE.key(i, "busy")), t, hold) for i in cores]
     values = {
         k: value_at(s(k), t, hold)
         for k in (
@@ -169,13 +151,13 @@ def cpu_view(store: Store, edges: Sequence[float], t: float, hold: float) -> Cpu
 
 def disk_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[DiskView]:
     out = []
-    for name in _indices(store, "disk.", ".read_mb_s"):
-        p = f"disk.{name}."
-        read = bucket_series(store.series.get(p + "read_mb_s"), edges, hold)
-        write = bucket_series(store.series.get(p + "write_mb_s"), edges, hold)
-        util = bucket_series(store.series.get(p + "util_pct"), edges, hold)
+    for name in store.index().ids(DISK, "read_mb_s"):
+        keys = DISK.keys(name)
+        read = bucket_series(store.series.get(keys["read_mb_s"]), edges, hold)
+        write = bucket_series(store.series.get(keys["write_mb_s"]), edges, hold)
+        util = bucket_series(store.series.get(keys["util_pct"]), edges, hold)
         values = {
-            k: value_at(store.series.get(p + k), t, hold)
+            k: value_at(store.series.get(keys[k]), t, hold)
             for k in ("read_mb_s", "write_mb_s", "util_pct", "r_await_ms", "w_await_ms", "r_s", "w_s")
         }
         activity = (
@@ -205,13 +187,11 @@ def _roles(store: Store, extra: dict[int, str], t: float) -> dict[int, tuple[str
 
 def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> list[ProcRow]:
     roles = _roles(store, extra, t)
-    pids = {int(p) for p in _indices(store, "proc.", ".rss_mb") if p.isdigit()}
     rows = []
-    for pid in pids:
-        p = f"proc.{pid}."
+    for pid in store.index().int_ids(PROC, "rss_mb"):
 
-        def v(key: str, p: str = p) -> float:
-            return value_at(store.series.get(p + key), t, fresh_s)
+        def v(field: str, pid: int = pid) -> float:
+            return value_at(store.series.get(PROC.key(pid, field)), t, fresh_s)
 
         rss = v("rss_mb")
         if is_nan(rss):
