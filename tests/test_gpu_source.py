@@ -13,7 +13,8 @@ import pytest
 
 from tests import fake_pynvml as fk
 from tests.fake_pynvml import GIB, FakeNvml
-from trainmon.sources.gpu import GPM_METRICS, METRICS, GpuSource
+from trainmon.metrics import GPM_METRIC_IDS, GPU_NVML_FIELDS
+from trainmon.sources.gpu import GpuSource
 
 
 def make(n: int = 2, **kw) -> tuple[FakeNvml, GpuSource]:
@@ -78,7 +79,7 @@ def test_every_device_has_every_series_and_values_follow_the_device():
     fake.devices[2].util_gpu = 5
     fake.devices[1].temp_c = 80
     out = src.sample(1.0)
-    assert set(out) == {f"gpu.{i}.{m}" for i in range(3) for m in METRICS}
+    assert set(out) == {f"gpu.{i}.{m}" for i in range(3) for m in GPU_NVML_FIELDS}
     assert out["gpu.2.util"] == 5.0 and out["gpu.0.util"] == 87.0
     assert out["gpu.1.temp_c"] == 80.0 and out["gpu.0.temp_c"] == 61.0
     fake.devices[0].util_gpu = 12
@@ -147,7 +148,7 @@ def test_gpm_metrics_present_only_when_supported():
     assert "Hopper" in src.gpm_status()[1]
 
     first = src.sample(1.0)
-    for m in GPM_METRICS:
+    for m in GPM_METRIC_IDS:
         assert isnan(first[f"gpu.0.{m}"])  # one sample is not a measurement
         assert "two samples" in src.na_reasons[f"gpu.0.{m}"]
         assert f"gpu.1.{m}" not in first
@@ -342,7 +343,7 @@ def test_gpu_lost_makes_only_that_device_nan():
     src.sample(1.0)
     fake.devices[1].lost = True
     out = src.sample(2.0)
-    for m in (*METRICS, *GPM_METRICS):
+    for m in (*GPU_NVML_FIELDS, *GPM_METRIC_IDS):
         assert isnan(out[f"gpu.1.{m}"])
         assert src.na_reasons[f"gpu.1.{m}"] == "GPU lost"
     for i in (0, 2):
@@ -356,7 +357,7 @@ def test_gpu_lost_mid_sample_discards_the_partial_read_and_probes_later():
     src.sample(1.0)
     fake.fail("nvmlDeviceGetPowerUsage", fk.NVML_ERROR_GPU_IS_LOST, device=0)  # util etc. still answered
     out = src.sample(2.0)
-    assert all(isnan(out[f"gpu.0.{m}"]) for m in METRICS)
+    assert all(isnan(out[f"gpu.0.{m}"]) for m in GPU_NVML_FIELDS)
     assert out["gpu.1.power_w"] == 412.345
     util_calls = fake.calls["nvmlDeviceGetUtilizationRates"]
     src.sample(3.0)  # lost: not asked again until the probe interval passed

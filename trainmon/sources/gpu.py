@@ -4,9 +4,10 @@ Every failure is local: a call that fails makes only its own series NaN and reco
 (logged once per series and reason). A lost GPU turns only that device's series NaN. Without a driver or a
 GPU the whole source is unavailable, `error` says why in one line, and `sample()` returns {}.
 
-This module is the GPU model (devices, sampling, GPM sample pairs, processes, CUDA_VISIBLE_DEVICES); the
-binding, its return codes and how failures become n/a reasons are in `trainmon.sources.nvml`. It runs past 400
-lines because all of these work on one device list under one lock, inside the one `GpuSource` class.
+This module samples: devices, series, GPM sample pairs, processes, lost GPUs. The device records, process
+merging and CUDA_VISIBLE_DEVICES parsing are in `trainmon.sources.gpu_devices`; the binding, its return codes and
+how failures become n/a reasons in `trainmon.sources.nvml`; the series names in `trainmon.metrics`. It runs past
+400 lines because every NVML read works on one device list under one lock, inside the one `GpuSource` class.
 
 Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clocks in MHz, percentages 0-100.
 """
@@ -14,11 +15,12 @@ Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clock
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from typing import Any
 
+from trainmon.metrics import GPM_METRIC_IDS
 from trainmon.numbers import NAN, is_nan
+from trainmon.sources.gpu_devices import Device, Gpm, merge_processes, parse_visible
 from trainmon.sources.nvml import (
     FAIL,
     DeviceLost,
@@ -34,65 +36,9 @@ log = logging.getLogger("trainmon.gpu")
 
 MIB = 1024.0 * 1024.0
 
-# Per-device series, in output order (the name after "gpu.{i}.").
-METRICS = (
-    "util",
-    "util_min",
-    "util_max",
-    "mem_util",
-    "mem_used_mb",
-    "mem_total_mb",
-    "power_w",
-    "power_limit_w",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "sm_clock_max_mhz",
-    "throttle",
-    "pcie_rx_mb_s",
-    "pcie_tx_mb_s",
-)
-# GPM series → NVML_GPM_METRIC_* id (SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL, DRAM_BW_UTIL), all percentages.
-GPM_METRICS = {"gpm.sm_active": 2, "gpm.sm_occupancy": 3, "gpm.tensor_active": 5, "gpm.dram_bw": 10}
 # NVML says the two GPM samples must be some time apart; DCGM keeps them >= its update interval.
 GPM_MIN_INTERVAL_S = 0.1
 LOST_PROBE_INTERVAL_S = 5.0
-
-
-class _Gpm:
-    """Two GPM sample buffers used alternately: each tick's sample is compared with the previous one."""
-
-    def __init__(self, samples: list[Any], query: Any) -> None:
-        self.samples = samples
-        self.query = query  # one reusable nvmlGpmMetricsGet_t
-        self.cur = 0
-        self.have_prev = False
-        self.prev_t = -math.inf
-        self.values = dict.fromkeys(GPM_METRICS, NAN)
-
-
-class _Device:
-    def __init__(self, index: int, handle: Any) -> None:
-        self.index = index
-        self.handle = handle
-        self.prefix = f"gpu.{index}."
-        self.keys = {m: self.prefix + m for m in (*METRICS, *GPM_METRICS)}
-        self.name = ""
-        self.uuid = ""
-        self.mem_total_mb = NAN
-        self.sm_clock_max = NAN
-        self.skip: dict[str, str] = {}  # function key → reason, for permanent failures
-        self.lost: str | None = None
-        self.lost_probe_t = -math.inf
-        self.util_ts = 0  # newest utilisation sample seen (NVML's clock, µs)
-        self.proc_ts = 0  # newest per-process utilisation sample seen
-        self.gpm: _Gpm | None = None
-        self.gpm_status = "not checked"
-        self.series = [self.keys[m] for m in METRICS]
-
-    def set_gpm(self, gpm: _Gpm | None) -> None:
-        self.gpm = gpm
-        self.series = [self.keys[m] for m in (*METRICS, *(GPM_METRICS if gpm is not None else ()))]
 
 
 class GpuSource:
@@ -110,7 +56,7 @@ class GpuSource:
         self.unresolved_visible: list[str] = []
         self._initialized = False
         self._lock = threading.Lock()
-        self._devices: list[_Device] = []
+        self._devices: list[Device] = []
         self._visible: set[int] | None = None
         self._exceptions_logged: set[str] = set()
         self._init(nvml_module)
@@ -152,8 +98,8 @@ class GpuSource:
         elif self.error == "NVML sees no GPU":
             self.error = None
 
-    def _open_device(self, index: int, now: float) -> _Device:
-        d = _Device(index, None)
+    def _open_device(self, index: int, now: float) -> Device:
+        d = Device(index, None)
         try:
             self._open_handle(d)
         except DeviceLost as e:
@@ -163,7 +109,7 @@ class GpuSource:
             self._lose(d, self._reasons.pop(d.prefix + "handle", "no device handle"), now)
         return d
 
-    def _open_handle(self, d: _Device) -> None:
+    def _open_handle(self, d: Device) -> None:
         handle = self._call(d, "handle", (), d.index)
         if handle is FAIL:
             return
@@ -177,7 +123,7 @@ class GpuSource:
             d.mem_total_mb = mem.total / MIB
         self._open_gpm(d)
 
-    def _open_gpm(self, d: _Device) -> None:
+    def _open_gpm(self, d: Device) -> None:
         support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
         if support is FAIL:
             d.gpm_status = gpm_reason(self._reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
@@ -193,39 +139,39 @@ class GpuSource:
                 d.gpm_status = "GPM sample allocation failed: " + self._reasons.pop(d.prefix + "gpm_alloc", "?")
                 return
             samples.append(s)
-        query = self._binding.gpm_query(list(GPM_METRICS.values()))
+        query = self._binding.gpm_query(list(GPM_METRIC_IDS.values()))
         if query is None:
             self._free_samples(d, samples)
             d.gpm_status = "this pynvml binding has no c_nvmlGpmMetricsGet_t"
             return
-        d.set_gpm(_Gpm(samples, query))
+        d.set_gpm(Gpm(samples, query))
         d.gpm_status = "ok"
 
-    def _free_samples(self, d: _Device, samples: list[Any]) -> None:
+    def _free_samples(self, d: Device, samples: list[Any]) -> None:
         for s in samples:
             try:
                 self._call(d, "gpm_free", (), s, log_level=logging.DEBUG)
             except DeviceLost:
                 pass
 
-    def _free_gpm(self, d: _Device) -> None:
+    def _free_gpm(self, d: Device) -> None:
         if d.gpm is not None:
             self._free_samples(d, d.gpm.samples)
             d.set_gpm(None)
 
     # ------------------------------------------------------------------ lost devices
 
-    def _mark_device(self, d: _Device, reason: str) -> None:
+    def _mark_device(self, d: Device, reason: str) -> None:
         for s in d.series:
             self._reasons[s] = reason
 
-    def _lose(self, d: _Device, reason: str, now: float) -> None:
+    def _lose(self, d: Device, reason: str, now: float) -> None:
         d.lost = reason
         d.lost_probe_t = now
         self._mark_device(d, reason)
         self._binding.log_once(d.prefix.rstrip("."), reason, logging.WARNING)
 
-    def _retry_lost(self, pos: int, d: _Device, now: float) -> _Device:
+    def _retry_lost(self, pos: int, d: Device, now: float) -> Device:
         """A lost device is opened afresh every few seconds; a dead GPU can make each call slow."""
         if now - d.lost_probe_t < LOST_PROBE_INTERVAL_S:
             return d
@@ -269,7 +215,7 @@ class GpuSource:
             self._exceptions_logged.add(where)
             log.exception("GPU source %s failed", where)
 
-    def _sample_one(self, d: _Device, now: float, out: dict[str, float]) -> None:
+    def _sample_one(self, d: Device, now: float, out: dict[str, float]) -> None:
         names = d.series
         for s in names:
             out[s] = NAN
@@ -287,7 +233,7 @@ class GpuSource:
         if key in self._reasons:
             del self._reasons[key]
 
-    def _read_device(self, d: _Device, now: float, out: dict[str, float]) -> None:
+    def _read_device(self, d: Device, now: float, out: dict[str, float]) -> None:
         k, h, put, nvml = d.keys, d.handle, self._put, self._binding
         util = NAN
         u = self._call(d, "util", (k["util"], k["mem_util"]), h)
@@ -318,13 +264,13 @@ class GpuSource:
         if d.gpm is not None:
             self._read_gpm(d, d.gpm, now, out)
 
-    def _scalar(self, d: _Device, out: dict[str, float], key: str, metric: str, scale: float, *args: Any) -> None:
+    def _scalar(self, d: Device, out: dict[str, float], key: str, metric: str, scale: float, *args: Any) -> None:
         series = d.keys[metric]
         v = self._call(d, key, (series,), *args)
         if v is not FAIL:
             self._put(out, series, float(v) * scale)
 
-    def _read_util_range(self, d: _Device, util: float, out: dict[str, float]) -> None:
+    def _read_util_range(self, d: Device, util: float, out: dict[str, float]) -> None:
         k = d.keys
         lo_key, hi_key = k["util_min"], k["util_max"]
         kind = self._binding.util_samples
@@ -346,15 +292,15 @@ class GpuSource:
             reason = self._reasons.get(k["util"], "no utilisation samples")
             self._reasons[lo_key] = self._reasons[hi_key] = reason
 
-    def _read_gpm(self, d: _Device, g: _Gpm, now: float, out: dict[str, float]) -> None:
-        keys = [d.keys[m] for m in GPM_METRICS]
+    def _read_gpm(self, d: Device, g: Gpm, now: float, out: dict[str, float]) -> None:
+        keys = [d.keys[m] for m in GPM_METRIC_IDS]
         if g.have_prev and now - g.prev_t < GPM_MIN_INTERVAL_S:
             self._put_gpm(d, g, out)  # too soon for a meaningful pair: repeat the last values
             return
         cur = g.samples[g.cur]
         if self._call(d, "gpm_sample", keys, d.handle, cur) is FAIL:
             g.have_prev = False
-            g.values = dict.fromkeys(GPM_METRICS, NAN)
+            g.values = dict.fromkeys(GPM_METRIC_IDS, NAN)
             if "gpm_sample" in d.skip:
                 d.gpm_status = f"GPM sampling failed: {d.skip['gpm_sample']}"
             return
@@ -362,7 +308,7 @@ class GpuSource:
             g.query.sample1 = g.samples[1 - g.cur]
             g.query.sample2 = cur
             if self._call(d, "gpm_metrics", keys, g.query) is FAIL:
-                g.values = dict.fromkeys(GPM_METRICS, NAN)
+                g.values = dict.fromkeys(GPM_METRIC_IDS, NAN)
             else:
                 self._collect_gpm(d, g)
         else:
@@ -373,14 +319,14 @@ class GpuSource:
         g.prev_t = now
         self._put_gpm(d, g, out)
 
-    def _collect_gpm(self, d: _Device, g: _Gpm) -> None:
-        for j, metric in enumerate(GPM_METRICS):
+    def _collect_gpm(self, d: Device, g: Gpm) -> None:
+        for j, metric in enumerate(GPM_METRIC_IDS):
             g.values[metric], reason = self._binding.gpm_result(g.query, j)
             if reason is not None:
                 self._reasons[d.keys[metric]] = reason
                 self._binding.log_once(d.keys[metric], reason)
 
-    def _put_gpm(self, d: _Device, g: _Gpm, out: dict[str, float]) -> None:
+    def _put_gpm(self, d: Device, g: Gpm, out: dict[str, float]) -> None:
         for metric, v in g.values.items():
             if not is_nan(v):
                 self._put(out, d.keys[metric], v)
@@ -407,12 +353,12 @@ class GpuSource:
                         per_gpu[d.index] = self._device_processes(d)
                     except DeviceLost as e:
                         self._lose(d, e.reason, self._now)
-                return _merge_processes(per_gpu)
+                return merge_processes(per_gpu)
             except Exception:
                 self._log_exception("process_usage")
                 return {}
 
-    def _device_processes(self, d: _Device) -> dict[int, tuple[float, float]]:
+    def _device_processes(self, d: Device) -> dict[int, tuple[float, float]]:
         procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
         if procs is FAIL:
             return {}
@@ -425,7 +371,7 @@ class GpuSource:
             out[int(p.pid)] = (mem, sm.get(int(p.pid), 0.0) if sm is not None else NAN)
         return out
 
-    def _process_sm(self, d: _Device) -> dict[int, float] | None:
+    def _process_sm(self, d: Device) -> dict[int, float] | None:
         key = d.prefix + "proc_sm"
         samples = self._call(d, "proc_util", (key,), d.handle, d.proc_ts, not_found=[])
         if samples is FAIL:
@@ -477,25 +423,12 @@ class GpuSource:
                 result = [d.index for d in present]
             else:
                 try:
-                    result = self._parse_visible(str(cuda_visible_devices), present)
+                    result, self.unresolved_visible = parse_visible(str(cuda_visible_devices), present)
                 except Exception:
                     self._log_exception("resolve_visible")
                     result = []
             self._visible = set(result) if cuda_visible_devices is not None else None
             return result
-
-    def _parse_visible(self, value: str, present: list[_Device]) -> list[int]:
-        result: list[int] = []
-        for raw in value.split(","):
-            tok = raw.strip()
-            if tok.upper().startswith("MIG-"):
-                self.unresolved_visible.append(tok)
-                continue
-            index = _match_device(tok, present)
-            if index is None or index in result:
-                break
-            result.append(index)
-        return result
 
     # ------------------------------------------------------------------ shutdown
 
@@ -511,30 +444,3 @@ class GpuSource:
                 self._log_exception("close")
             self._devices = []
             self._binding.shutdown()
-
-
-def _match_device(tok: str, present: list[_Device]) -> int | None:
-    if not tok:
-        return None
-    if tok.isdigit():
-        i = int(tok)
-        return i if any(d.index == i for d in present) else None
-    want = tok.upper()
-    if not want.startswith("GPU-"):
-        want = "GPU-" + want
-    hits = [d.index for d in present if d.uuid and d.uuid.upper().startswith(want)]
-    return hits[0] if len(hits) == 1 else None
-
-
-def _merge_processes(per_gpu: dict[int, dict[int, tuple[float, float]]]) -> dict[int, dict[str, Any]]:
-    by_pid: dict[int, list[tuple[int, float, float]]] = {}
-    for gpu, procs in sorted(per_gpu.items()):
-        for pid, (mem, sm) in procs.items():
-            by_pid.setdefault(pid, []).append((gpu, mem, sm))
-    out: dict[int, dict[str, Any]] = {}
-    for pid, rows in by_pid.items():
-        # The GPU holding most of its memory is "its" GPU; an unknown amount (NaN) never wins.
-        gpu, _, sm = max(rows, key=lambda r: (not is_nan(r[1]), 0.0 if is_nan(r[1]) else r[1], -r[0]))
-        known = [r[1] for r in rows if not is_nan(r[1])]
-        out[pid] = {"gpu": gpu, "mem_mb": sum(known) if known else NAN, "sm_pct": sm, "gpus": [r[0] for r in rows]}
-    return out
