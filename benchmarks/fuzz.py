@@ -30,7 +30,7 @@ from tests.fuzz_strategies import WireHarness
 from trainmon import protocol as P
 from trainmon.diagnose.engine import evaluate
 from trainmon.record import format as R
-from trainmon.report.build import build_report, run_summary
+from trainmon.report import build_report, run_summary
 from trainmon.store.store import Store
 
 INTERESTING = [

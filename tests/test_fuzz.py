@@ -19,7 +19,7 @@ from tests.fuzz_strategies import WireHarness, check_bounded, recordings, stream
 from trainmon import protocol as P
 from trainmon.diagnose.engine import evaluate
 from trainmon.record import format as R
-from trainmon.report.build import build_report, run_summary
+from trainmon.report import build_report, run_summary
 from trainmon.store.store import Store
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

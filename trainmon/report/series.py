@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Iterable
 
+from trainmon.report.schema import RunSeries, SeriesSection
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
@@ -18,7 +19,7 @@ def _bins(first: float, last: float, interval: float) -> tuple[float, int]:
     return span / n, n
 
 
-def _binned(times, values, first: float, width: float, n: int) -> list[float | None]:
+def _binned(times: Iterable[float], values: Iterable[float], first: float, width: float, n: int) -> list[float | None]:
     sums = [0.0] * n
     counts = [0] * n
     for t, v in zip(times, values, strict=False):
@@ -30,7 +31,7 @@ def _binned(times, values, first: float, width: float, n: int) -> list[float | N
     return [round(s / c, 3) if c else None for s, c in zip(sums, counts, strict=True)]
 
 
-def _run_series(run: Run, first: float, width: float, n: int) -> dict[str, Any]:
+def _run_series(run: Run, first: float, width: float, n: int) -> RunSeries:
     st = run.steps
     step_ms = [0.0] * n
     wait_ms = [0.0] * n
@@ -40,9 +41,8 @@ def _run_series(run: Run, first: float, width: float, n: int) -> dict[str, Any]:
         step_ms[b] += (st.end[k] - st.start[k]) * 1e3
         wait_ms[b] += st.wait[k] * 1e3
         steps[b] += 1
-    who = f"rank {run.rank}" if run.rank is not None else f"pid {run.pid}"
     return {
-        "run": who,
+        "run": run.label,
         "step_ms": [round(s / c, 3) if c else None for s, c in zip(step_ms, steps, strict=True)],
         "wait_ms": [round(w / c, 3) if c else None for w, c in zip(wait_ms, steps, strict=True)],
         "steps_per_s": [round(c / width, 2) for c in steps],
@@ -50,8 +50,8 @@ def _run_series(run: Run, first: float, width: float, n: int) -> dict[str, Any]:
     }
 
 
-def series_section(store: Store, interval: float = 1.0) -> dict[str, Any]:
-    """``{"t0": 0, "dt": bin seconds, "runs": [...], "metrics": {name: [values]}}`` on one time axis."""
+def series_section(store: Store, interval: float = 1.0) -> SeriesSection:
+    """Runs' step series and the host's metric series, binned on one time axis from the first sample."""
     with store.lock:
         if store.first_t is None:
             return {"dt": 1.0, "bins": 0, "runs": [], "metrics": {}}
@@ -68,7 +68,7 @@ def series_section(store: Store, interval: float = 1.0) -> dict[str, Any]:
         )[:4]
         for d in busiest:
             names += [f"disk.{d}.read_mb_s", f"disk.{d}.write_mb_s", f"disk.{d}.util_pct"]
-        metrics = {}
+        metrics: dict[str, list[float | None]] = {}
         for name in names:
             s = store.series.get(name)
             if s is not None:

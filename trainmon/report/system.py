@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Iterable
 
 from trainmon.diagnose.window import quantile
+from trainmon.numbers import is_nan, rounded
+from trainmon.report.schema import (
+    AgentlessProcess,
+    CpuFigures,
+    DiskFigures,
+    GpuFigures,
+    MemoryFigures,
+    ProcessFigures,
+    ProcFigures,
+    Stats,
+    SystemSection,
+)
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
@@ -25,11 +37,8 @@ THROTTLE_REASONS = {
 LIMITING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
-def _r(x: float, digits: int = 2) -> float | None:
-    return round(x, digits) if x == x and not math.isinf(x) else None
-
-
-def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> dict[str, float | None]:
+def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> Stats:
+    """Median, 95th percentile and maximum of a series (NaN samples skipped), over ``[t0, t1]`` if given."""
     series = store.series.get(name)
     if series is None:
         return {"p50": None, "p95": None, "max": None}
@@ -37,33 +46,34 @@ def stats(store: Store, name: str, t0: float | None = None, t1: float | None = N
     values = [v for v in values if v == v]
     if not values:
         return {"p50": None, "p95": None, "max": None}
-    return {"p50": _r(quantile(values, 0.5)), "p95": _r(quantile(values, 0.95)), "max": _r(max(values))}
+    return {"p50": rounded(quantile(values, 0.5)), "p95": rounded(quantile(values, 0.95)), "max": rounded(max(values))}
 
 
-def _flat(prefix: str, s: dict[str, float | None]) -> dict[str, float | None]:
-    return {f"{prefix}_{k}": v for k, v in s.items()}
+def _flat(prefix: str, s: Stats) -> dict[str, float | None]:
+    return {f"{prefix}_p50": s["p50"], f"{prefix}_p95": s["p95"], f"{prefix}_max": s["max"]}
 
 
-def throttle_reasons(mask_values) -> list[str]:
+def throttle_reasons(mask_values: Iterable[float]) -> list[str]:
+    """Names of the limiting throttle reasons set in any of the sampled bit masks."""
     seen = 0
     for v in mask_values:
-        if v == v:
+        if not is_nan(v):
             seen |= int(v)
     return [name for bit, name in THROTTLE_REASONS.items() if seen & bit & LIMITING]
 
 
-def system_section(store: Store) -> dict[str, Any]:
+def system_section(store: Store) -> SystemSection:
     cores = store.latest("cpu.cores")
-    cpu = {"cores": int(cores) if cores and cores == cores else None}
+    cpu: CpuFigures = {"cores": int(cores) if cores and not is_nan(cores) else None}
     cpu.update(_flat("busy_percent", stats(store, "cpu.busy")))
     cpu.update(_flat("iowait_percent", stats(store, "cpu.iowait")))
-    memory = {
+    memory: MemoryFigures = {
         "used_percent_max": stats(store, "mem.used_pct")["max"],
         "swap_used_mb_max": stats(store, "swap.used_mb")["max"],
     }
-    disks: dict[str, dict] = {}
+    disks: dict[str, DiskFigures] = {}
     for dev in sorted({m.group(1) for n in store.series if (m := re.match(r"disk\.([^.]+)\.", n))}):
-        entry: dict[str, Any] = {}
+        entry: DiskFigures = {}
         for key, series in (
             ("read_mb_s", "read_mb_s"),
             ("write_mb_s", "write_mb_s"),
@@ -74,9 +84,9 @@ def system_section(store: Store) -> dict[str, Any]:
         ):
             entry.update(_flat(key, stats(store, f"disk.{dev}.{series}")))
         disks[dev] = entry
-    gpus = []
+    gpus: list[GpuFigures] = []
     for idx in sorted({int(m.group(1)) for n in store.series if (m := re.match(r"gpu\.(\d+)\.", n))}):
-        g: dict[str, Any] = {"index": idx}
+        g: GpuFigures = {"index": idx}
         for key, series in (
             ("util_percent", "util"),
             ("util_min_percent", "util_min"),
@@ -100,22 +110,22 @@ def system_section(store: Store) -> dict[str, Any]:
         if isinstance(info, dict):
             g["name"] = info.get("name")
             g["uuid"] = info.get("uuid")
-    out: dict[str, Any] = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
+    out: SystemSection = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
     if not gpus:
         out["gpu_error"] = store.metadata.get("gpu_error") or "no GPU data was recorded"
     return out
 
 
-def process_figures(store: Store, run: Run) -> dict[str, Any]:
+def process_figures(store: Store, run: Run) -> ProcessFigures:
     """Main process and workers: CPU % of a core, thread-state shares, read MB/s (p50 over the run)."""
     main = process_figures_pid(store, run.pid)
     workers = [process_figures_pid(store, pid) for pid in run.worker_pids()]
-    cpu = [w["cpu_pct"] for w in workers if "cpu_pct" in w]
+    cpu = [c for w in workers if (c := w.get("cpu_pct")) is not None]
     return {
         "main": main,
         "workers": workers,
-        "workers_cpu_pct_total": _r(sum(cpu)) if cpu else None,
-        "workers_cpu_pct_mean": _r(sum(cpu) / len(cpu)) if cpu else None,
+        "workers_cpu_pct_total": rounded(sum(cpu)) if cpu else None,
+        "workers_cpu_pct_mean": rounded(sum(cpu) / len(cpu)) if cpu else None,
     }
 
 
@@ -127,17 +137,17 @@ def pyspy_wait_share(store: Store, pid: int) -> float | None:
         return None
     weighted = total = 0.0
     for (_, share), (_, n) in zip(shares, counts, strict=False):
-        if share == share and n == n and n > 0:
+        if not is_nan(share) and not is_nan(n) and n > 0:
             weighted += share * n
             total += n
     return round(weighted / total, 4) if total else None
 
 
-def agentless_section(store: Store) -> list[dict[str, Any]]:
+def agentless_section(store: Store) -> list[AgentlessProcess]:
     """Processes watched by py-spy only (``--pid``) that never attached the agent."""
     attached = {run.pid for run in store.runs.values()}
     pids = sorted({int(m.group(1)) for n in store.series if (m := re.match(r"pyspy\.(\d+)\.samples$", n))})
-    out = []
+    out: list[AgentlessProcess] = []
     for pid in pids:
         if pid in attached:
             continue
@@ -146,15 +156,16 @@ def agentless_section(store: Store) -> list[dict[str, Any]]:
             {
                 "pid": pid,
                 "data_wait_share": pyspy_wait_share(store, pid),
-                "samples": int(sum(v for _, v in samples if v == v)),
+                "samples": int(sum(v for _, v in samples if not is_nan(v))),
                 "process": process_figures_pid(store, pid),
             }
         )
     return out
 
 
-def process_figures_pid(store: Store, pid: int) -> dict[str, Any]:
-    fig: dict[str, Any] = {"pid": pid}
+def process_figures_pid(store: Store, pid: int) -> ProcFigures:
+    """One process's figures: the median of each sampled figure (RSS: its maximum)."""
+    fig: ProcFigures = {"pid": pid}
     for key in (
         "cpu_pct",
         "state_R",

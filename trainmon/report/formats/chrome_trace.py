@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+from trainmon.report.formats.base import ReportInput
+from trainmon.report.schema import Report
 from trainmon.store.store import Store
 
 COUNTERS = re.compile(
@@ -20,7 +22,8 @@ HOST_PID = 0
 MAX_STEPS_PER_RUN = 200_000
 
 
-def build_trace(store: Store, report: dict | None = None) -> dict[str, Any]:
+def build_trace(store: Store, report: Report | None = None) -> dict[str, Any]:
+    """The trace of every step, wait, checkpoint, phase and mark per run, host counters, and verdict changes."""
     events: list[dict[str, Any]] = []
     with store.lock:
         t0 = store.first_t or 0.0
@@ -82,7 +85,7 @@ def build_trace(store: Store, report: dict | None = None) -> dict[str, Any]:
             for t, v in series:
                 if v == v:
                     events.append({"ph": "C", "name": name, "pid": HOST_PID, "ts": us(t), "args": {"value": v}})
-    for entry in (report or {}).get("timeline", []):
+    for entry in report["timeline"] if report is not None else []:
         events.append(
             {
                 "ph": "i",
@@ -96,11 +99,11 @@ def build_trace(store: Store, report: dict | None = None) -> dict[str, Any]:
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": "trainmon", "verdict": (report or {}).get("verdict", {}).get("code")},
+        "otherData": {"generator": "trainmon", "verdict": report["verdict"]["code"] if report is not None else None},
     }
 
 
-def render_chrome_trace(report: dict, store: Store | None = None) -> str:
-    if store is None:
+def render(source: ReportInput) -> str:
+    if source.store is None:
         raise ValueError("a Chrome trace needs the recording's store")
-    return json.dumps(build_trace(store, report), separators=(",", ":")) + "\n"
+    return json.dumps(build_trace(source.store, source.report), separators=(",", ":")) + "\n"

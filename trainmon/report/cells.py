@@ -1,0 +1,41 @@
+"""The runs table every human-readable format shows: its header and one row of cells per run."""
+
+from __future__ import annotations
+
+from trainmon.labels import run_label
+from trainmon.report.schema import LoaderConfig, RunRow
+
+RUN_HEADER = ["run", "steps", "step ms p50 / p95", "data wait", "samples/s", "loader"]
+
+
+def fmt(value: object, suffix: str = "", digits: int = 1) -> str:
+    """A figure for a cell: "n/a" when missing, floats to ``digits`` places."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def loader_cell(cfg: LoaderConfig | None) -> str:
+    if not cfg:
+        return "n/a"
+    return (
+        f"bs={fmt(cfg['batch_size'])} workers={fmt(cfg['num_workers'])} "
+        f"pin={fmt(cfg['pin_memory'])} prefetch={fmt(cfg['prefetch_factor'])} "
+        f"persistent={fmt(cfg['persistent_workers'])}"
+    )
+
+
+def run_cells(run: RunRow) -> list[str]:
+    """One run's row, in the order of RUN_HEADER."""
+    st = run["step_time_ms"]
+    wait = run["data_wait_fraction"]
+    return [
+        f"{run_label(run['rank'], run['pid'])} {run['name']}".strip(),
+        str(run["steps"]),
+        f"{fmt(st['p50'])} / {fmt(st['p95'])}",
+        fmt(wait * 100 if wait is not None else None, "%"),
+        fmt(run["samples_per_s"]),
+        loader_cell(run["dataloader"]),
+    ]

@@ -1,0 +1,31 @@
+"""The Markdown report (for a CI summary or a pull request comment)."""
+
+from __future__ import annotations
+
+from trainmon.report.cells import RUN_HEADER, run_cells
+from trainmon.report.formats.base import ReportInput
+
+
+def render(source: ReportInput) -> str:
+    report = source.report
+    v = report["verdict"]
+    out = [
+        f"## trainmon report ({report['duration_s']:.1f} s, {len(report['runs'])} run(s))",
+        "",
+        f"**Verdict: `{v['code']}`** ({v['severity']}) — {v['summary']}",
+        "",
+    ]
+    out += [f"- {a}" for a in v["advice"]]
+    out += ["", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
+    for r in report["runs"]:
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in run_cells(r)) + " |")
+    if report["findings"]:
+        out += ["", "### Other findings", ""]
+        out += [f"- `{f['code']}` ({f['severity']}): {f['summary']}" for f in report["findings"]]
+    if report["timeline"]:
+        out += ["", "### Timeline", ""]
+        out += [f"- {e['t']:.1f} s: `{e['code']}`" for e in report["timeline"]]
+    warnings = report.get("warnings", [])
+    if warnings:
+        out += ["", *[f"> warning: {w}" for w in warnings]]
+    return "\n".join(out) + "\n"

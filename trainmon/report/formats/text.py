@@ -1,0 +1,34 @@
+"""The plain-text report: verdict, runs table, other findings, timeline."""
+
+from __future__ import annotations
+
+from trainmon.report.cells import RUN_HEADER, run_cells
+from trainmon.report.formats.base import ReportInput
+
+
+def render(source: ReportInput) -> str:
+    report = source.report
+    v = report["verdict"]
+    lines = [f"trainmon report — {report['duration_s']:.1f} s recorded, {len(report['runs'])} run(s)", ""]
+    lines.append(f"VERDICT  {v['code']}  [{v['severity']}]")
+    lines.append(f"  {v['summary']}")
+    for advice in v["advice"]:
+        lines.append(f"  → {advice}")
+    lines.append("")
+    rows = [RUN_HEADER] + [run_cells(r) for r in report["runs"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(RUN_HEADER))]
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if report["findings"]:
+        lines += ["", "Other findings:"]
+        for f in report["findings"]:
+            lines.append(f"  {f['code']} [{f['severity']}] {f['summary']}")
+    if report["timeline"]:
+        lines += ["", "Timeline:"]
+        for entry in report["timeline"]:
+            lines.append(f"  {entry['t']:8.1f} s  {entry['code']}")
+    for w in report.get("warnings", []):
+        lines.append(f"warning: {w}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""One run's steady-state figures for the report: steps, step time, data wait, throughput, DataLoader."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainmon.diagnose.window import quantile
+from trainmon.numbers import rounded
+from trainmon.report.schema import LoaderConfig, RunSummary
+from trainmon.store.run import Run
+
+
+def loader_config(config: dict[str, Any]) -> LoaderConfig | None:
+    """The DataLoader settings the report shows, or None when the run reported none."""
+    if not config:
+        return None
+    return {
+        "batch_size": config.get("batch_size"),
+        "num_workers": config.get("num_workers"),
+        "pin_memory": config.get("pin_memory"),
+        "prefetch_factor": config.get("prefetch_factor"),
+        "persistent_workers": config.get("persistent_workers"),
+    }
+
+
+def run_summary(run: Run) -> RunSummary:
+    steps = run.steps
+    durations: list[float] = []
+    wait = total = 0.0
+    samples = 0
+    for k in range(len(steps)):
+        if steps.warm[k]:
+            continue
+        d = steps.end[k] - steps.start[k]
+        durations.append(d)
+        total += d
+        wait += steps.wait[k]
+        samples += steps.samples[k]
+    train = run.train_loader()
+    return {
+        "pid": run.pid,
+        "rank": run.rank,
+        "name": run.name,
+        "host": run.host,
+        "steps": steps.total,
+        "warmup_steps": steps.total - len(durations),
+        "step_time_ms": {
+            "p50": rounded(quantile(durations, 0.5) * 1e3, 3),
+            "p95": rounded(quantile(durations, 0.95) * 1e3, 3),
+        },
+        "data_wait_fraction": rounded(wait / total if total > 0 else math.nan, 4),
+        "samples_per_s": rounded(samples / total if total > 0 and samples else math.nan, 2),
+        "dataloader": loader_config(train.config if train is not None else {}),
+        "loaders": len(run.loaders),
+        "worker_pids": run.worker_pids(),
+        "checkpoints": len(run.checkpoints),
+        "checkpoint_s": rounded(sum(c1 - c0 for c0, c1 in run.checkpoints), 3),
+        "device": run.device,
+        "ended": run.ended,
+        "dropped_records": run.dropped_records,
+        "argv": run.hello.get("argv"),
+    }

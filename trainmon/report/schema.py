@@ -1,0 +1,164 @@
+"""The report's shape: one TypedDict per part, so every format reads only keys the builder writes.
+
+The JSON report is these dicts as built, keys in the order the builder writes them. Figures that come from a
+table of sampled series (per disk, per GPU, per process) are named after the series, so they are plain
+``dict[str, ...]`` maps rather than fixed keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# "<figure>_p50", "<figure>_p95", "<figure>_max" per sampled figure; ``cores`` for the CPU.
+CpuFigures = dict[str, float | None]
+DiskFigures = dict[str, float | None]
+# "index", "<figure>_p50/_p95/_max" for each figure the GPU reported, "mem_total_mb", "power_limit_w",
+# "throttle_reasons" (list of names), and "name"/"uuid" where the recording names its GPUs.
+GpuFigures = dict[str, Any]
+# "pid" and, for each process figure sampled, its median ("rss_mb": its maximum).
+ProcFigures = dict[str, float | None]
+
+
+class Stats(TypedDict):
+    p50: float | None
+    p95: float | None
+    max: float | None
+
+
+class StepTimes(TypedDict):
+    p50: float | None
+    p95: float | None
+
+
+class LoaderConfig(TypedDict):
+    batch_size: int | None
+    num_workers: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+
+
+class ProcessFigures(TypedDict):
+    """A run's main process and its DataLoader workers."""
+
+    main: ProcFigures
+    workers: list[ProcFigures]
+    workers_cpu_pct_total: float | None
+    workers_cpu_pct_mean: float | None
+
+
+class RunSummary(TypedDict):
+    """One run's figures over its steady state (warm-up steps excluded)."""
+
+    pid: int
+    rank: int | None
+    name: str
+    host: str
+    steps: int
+    warmup_steps: int
+    step_time_ms: StepTimes
+    data_wait_fraction: float | None
+    samples_per_s: float | None
+    dataloader: LoaderConfig | None
+    loaders: int
+    worker_pids: list[int]
+    checkpoints: int
+    checkpoint_s: float | None
+    device: str | None
+    ended: str | None
+    dropped_records: int
+    argv: list[str] | None
+
+
+class RunRow(RunSummary):
+    """A run as the report lists it: its summary plus its processes and the py-spy estimate."""
+
+    processes: ProcessFigures
+    pyspy_data_wait_share: float | None
+
+
+class FindingDict(TypedDict):
+    code: str
+    severity: str
+    summary: str
+    advice: list[str]
+    evidence: dict[str, Any]
+
+
+class HeldFinding(FindingDict):
+    """A finding other than the verdict, with how long it was the shown verdict."""
+
+    held_s: float
+
+
+class TimelineEntry(TypedDict):
+    t: float
+    code: str
+
+
+class MemoryFigures(TypedDict):
+    used_percent_max: float | None
+    swap_used_mb_max: float | None
+
+
+class _SystemOptional(TypedDict, total=False):
+    gpu_error: str  # only when no GPU was sampled: why
+
+
+class SystemSection(_SystemOptional):
+    cpu: CpuFigures
+    memory: MemoryFigures
+    disks: dict[str, DiskFigures]
+    gpus: list[GpuFigures]
+
+
+class AgentlessProcess(TypedDict):
+    """A process watched by py-spy only."""
+
+    pid: int
+    data_wait_share: float | None
+    samples: int
+    process: ProcFigures
+
+
+class IdleProcess(TypedDict):
+    """A process that attached the agent but never trained."""
+
+    pid: int
+    name: str
+
+
+class RunSeries(TypedDict):
+    run: str
+    step_ms: list[float | None]
+    wait_ms: list[float | None]
+    steps_per_s: list[float]
+    checkpoints: list[float]
+
+
+class SeriesSection(TypedDict):
+    """Binned series on one time axis: bin ``k`` covers ``[k * dt, (k + 1) * dt)`` s from the start."""
+
+    dt: float
+    bins: int
+    runs: list[RunSeries]
+    metrics: dict[str, list[float | None]]
+
+
+class _ReportOptional(TypedDict, total=False):
+    warnings: list[str]  # what the recording reader skipped (set by the caller)
+
+
+class Report(_ReportOptional):
+    trainmon_report: int
+    duration_s: float
+    runs: list[RunRow]
+    verdict: FindingDict
+    findings: list[HeldFinding]
+    timeline: list[TimelineEntry]
+    system: SystemSection
+    agentless: list[AgentlessProcess]
+    idle_processes: list[IdleProcess]
+    series: SeriesSection
+    thresholds: dict[str, float]
+    recording: dict[str, Any]
