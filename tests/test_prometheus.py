@@ -81,7 +81,7 @@ def test_grafana_dashboard_queries_only_exported_metrics():
 
     dash = json.loads((Path(__file__).parent.parent / "contrib" / "grafana" / "trainmon.json").read_text())
     fields = [*p.HOST_EXPORTS.values(), *(f for table in p.FAMILY_EXPORTS.values() for f in table.values())]
-    exported = {f.prom for f in fields}
+    exported = {f.name for f in fields}
     exported |= {
         "trainmon_step_time_seconds",
         "trainmon_data_wait_ratio",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
@@ -29,9 +29,15 @@ if TYPE_CHECKING:
     from trainmon.store.store import Store
 
 
-def _exported(fields: Mapping[str, Field]) -> dict[str, Field]:
+class Export(NamedTuple):
+    name: str  # the Prometheus metric
+    help: str
+    scale: float  # stored unit → Prometheus base unit
+
+
+def _exported(fields: Mapping[str, Field]) -> dict[str, Export]:
     """The fields of a schema table that have a Prometheus name, by series field."""
-    return {name: f for name, f in fields.items() if f.prom is not None}
+    return {key: Export(f.prom, f.help, f.scale) for key, f in fields.items() if f.prom is not None}
 
 
 HOST_EXPORTS = _exported(HOST)
@@ -72,7 +78,7 @@ class MonitorCollector:
     def _host(self, latest: dict[str, float]) -> Iterator[Any]:
         for key, field in HOST_EXPORTS.items():
             if _ok(latest.get(key)):
-                g = GaugeMetricFamily(field.prom, field.help, labels=["host"])
+                g = GaugeMetricFamily(field.name, field.help, labels=["host"])
                 g.add_metric([self.host], latest[key] * field.scale)
                 yield g
 
@@ -84,7 +90,7 @@ class MonitorCollector:
             if parsed is None or parsed[1] not in exported or not _ok(value):
                 continue
             field = exported[parsed[1]]
-            name = str(field.prom)
+            name = field.name
             fam = families.get(name) or families.setdefault(
                 name, GaugeMetricFamily(name, field.help, labels=["host", family.id_label])
             )
