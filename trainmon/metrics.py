@@ -25,12 +25,14 @@ class Field:
     """One series of a family: its unit as stored, what it means, and its Prometheus export (if any).
 
     ``scale`` turns the stored unit into the Prometheus base unit (MiB → bytes, ms → seconds, MHz → Hz).
+    ``report`` names the field's p50/p95/max figures in the report's ``system`` section (GPU and disk families).
     """
 
     unit: str
     help: str
     prom: str | None = None
     scale: float = 1.0
+    report: str | None = None
 
 
 class Family:
@@ -67,8 +69,8 @@ class Family:
         return f"Family({self.name!r})"
 
 
-def _pct(help_: str, prom: str | None = None) -> Field:
-    return Field("%", help_, prom)
+def _pct(help_: str, prom: str | None = None, report: str | None = None) -> Field:
+    return Field("%", help_, prom, report=report)
 
 
 # ---------------------------------------------------------------- host-wide series (fixed names)
@@ -108,24 +110,32 @@ GPU = Family(
     "gpu",
     True,
     {
-        "util": _pct("GPU utilisation (NVML)", "trainmon_gpu_utilization_percent"),
-        "util_min": _pct("lowest GPU utilisation sample in the last tick", "trainmon_gpu_utilization_min_percent"),
+        "util": _pct("GPU utilisation (NVML)", "trainmon_gpu_utilization_percent", "util_percent"),
+        "util_min": _pct(
+            "lowest GPU utilisation sample in the last tick", "trainmon_gpu_utilization_min_percent", "util_min_percent"
+        ),
         "util_max": _pct("highest GPU utilisation sample in the last tick"),
         "mem_util": _pct("memory controller busy (NVML)"),
-        "mem_used_mb": Field("MiB", "GPU memory used", "trainmon_gpu_memory_used_bytes", MIB),
+        "mem_used_mb": Field("MiB", "GPU memory used", "trainmon_gpu_memory_used_bytes", MIB, "mem_used_mb"),
         "mem_total_mb": Field("MiB", "GPU memory total", "trainmon_gpu_memory_total_bytes", MIB),
-        "power_w": Field("W", "GPU power draw", "trainmon_gpu_power_watts"),
+        "power_w": Field("W", "GPU power draw", "trainmon_gpu_power_watts", report="power_w"),
         "power_limit_w": Field("W", "GPU enforced power limit", "trainmon_gpu_power_limit_watts"),
-        "temp_c": Field("°C", "GPU temperature", "trainmon_gpu_temperature_celsius"),
-        "sm_clock_mhz": Field("MHz", "GPU SM clock", "trainmon_gpu_sm_clock_hertz", 1e6),
+        "temp_c": Field("°C", "GPU temperature", "trainmon_gpu_temperature_celsius", report="temp_c"),
+        "sm_clock_mhz": Field("MHz", "GPU SM clock", "trainmon_gpu_sm_clock_hertz", 1e6, "sm_clock_mhz"),
         "mem_clock_mhz": Field("MHz", "GPU memory clock"),
         "sm_clock_max_mhz": Field("MHz", "GPU SM clock maximum"),
         "throttle": Field("bitmask", "NVML clock-event (throttle) reasons bitmask", "trainmon_gpu_clock_event_reasons"),
-        "pcie_rx_mb_s": Field("MiB/s", "PCIe host→device throughput", "trainmon_gpu_pcie_rx_bytes_per_second", MIB),
-        "pcie_tx_mb_s": Field("MiB/s", "PCIe device→host throughput", "trainmon_gpu_pcie_tx_bytes_per_second", MIB),
-        "gpm.sm_active": _pct("GPM SM activity", "trainmon_gpu_sm_active_percent"),
+        "pcie_rx_mb_s": Field(
+            "MiB/s", "PCIe host→device throughput", "trainmon_gpu_pcie_rx_bytes_per_second", MIB, "pcie_rx_mb_s"
+        ),
+        "pcie_tx_mb_s": Field(
+            "MiB/s", "PCIe device→host throughput", "trainmon_gpu_pcie_tx_bytes_per_second", MIB, "pcie_tx_mb_s"
+        ),
+        "gpm.sm_active": _pct("GPM SM activity", "trainmon_gpu_sm_active_percent", "sm_active_percent"),
         "gpm.sm_occupancy": _pct("GPM SM occupancy"),
-        "gpm.tensor_active": _pct("GPM tensor pipe activity", "trainmon_gpu_tensor_active_percent"),
+        "gpm.tensor_active": _pct(
+            "GPM tensor pipe activity", "trainmon_gpu_tensor_active_percent", "tensor_active_percent"
+        ),
         "gpm.dram_bw": _pct("GPM DRAM bandwidth used"),
     },
 )
@@ -177,13 +187,19 @@ DISK = Family(
     "device",
     False,
     {
-        "r_s": Field("1/s", "reads completed per second"),
+        "read_mb_s": Field("MiB/s", "disk read throughput", "trainmon_disk_read_bytes_per_second", MIB, "read_mb_s"),
+        "write_mb_s": Field(
+            "MiB/s", "disk write throughput", "trainmon_disk_write_bytes_per_second", MIB, "write_mb_s"
+        ),
+        "util_pct": _pct("disk busy time (iostat %util)", "trainmon_disk_utilization_percent", "util_percent"),
+        "r_await_ms": Field(
+            "ms", "average read latency (iostat r_await)", "trainmon_disk_read_await_seconds", 1e-3, "r_await_ms"
+        ),
+        "w_await_ms": Field(
+            "ms", "average write latency (iostat w_await)", "trainmon_disk_write_await_seconds", 1e-3, "w_await_ms"
+        ),
+        "r_s": Field("1/s", "reads completed per second", report="r_s"),
         "w_s": Field("1/s", "writes completed per second"),
-        "read_mb_s": Field("MiB/s", "disk read throughput", "trainmon_disk_read_bytes_per_second", MIB),
-        "write_mb_s": Field("MiB/s", "disk write throughput", "trainmon_disk_write_bytes_per_second", MIB),
-        "util_pct": _pct("disk busy time (iostat %util)", "trainmon_disk_utilization_percent"),
-        "r_await_ms": Field("ms", "average read latency (iostat r_await)", "trainmon_disk_read_await_seconds", 1e-3),
-        "w_await_ms": Field("ms", "average write latency (iostat w_await)", "trainmon_disk_write_await_seconds", 1e-3),
         "aqu_sz": Field("requests", "average queue length (iostat aqu-sz)"),
     },
 )

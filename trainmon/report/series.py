@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from trainmon.metrics import DISK, GPU
+from trainmon.numbers import is_nan
 from trainmon.report.schema import RunSeries, SeriesSection
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
 MAX_BINS = 600
+GPU_CHARTED = ("util", "util_min", "mem_used_mb", "power_w")
+DISK_CHARTED = ("read_mb_s", "write_mb_s", "util_pct")  # of the four busiest disks
+
+
+def _known(values: Iterable[float]) -> Iterator[float]:
+    return (v for v in values if not is_nan(v))
 
 
 def _bins(first: float, last: float, interval: float) -> tuple[float, int]:
@@ -61,13 +68,13 @@ def series_section(store: Store, interval: float = 1.0) -> SeriesSection:
                 last = max(last, run.steps.end[-1])
         width, n = _bins(first, last, interval)
         names = ["cpu.busy", "cpu.iowait", "mem.used_pct"]
-        names += sorted(n_ for n_ in store.series if re.match(r"gpu\.\d+\.(util|util_min|mem_used_mb|power_w)$", n_))
-        disks = sorted({m.group(1) for n_ in store.series if (m := re.match(r"disk\.([^.]+)\.util_pct$", n_))})
-        busiest = sorted(
-            disks, key=lambda d: -max((v for v in store.series[f"disk.{d}.util_pct"].values if v == v), default=0.0)
-        )[:4]
-        for d in busiest:
-            names += [f"disk.{d}.read_mb_s", f"disk.{d}.write_mb_s", f"disk.{d}.util_pct"]
+        index = store.index()
+        gpu_names = (GPU.key(g, f) for g in index.ids(GPU) for f in GPU_CHARTED)
+        names += sorted(name for name in gpu_names if name in store.series)
+        disks = sorted(index.ids(DISK, "util_pct"))
+        busiest = sorted(disks, key=lambda d: -max(_known(store.series[DISK.key(d, "util_pct")].values), default=0.0))
+        for d in busiest[:4]:
+            names += [DISK.key(d, f) for f in DISK_CHARTED]
         metrics: dict[str, list[float | None]] = {}
         for name in names:
             s = store.series.get(name)

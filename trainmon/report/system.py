@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 
 from trainmon.diagnose.window import quantile
+from trainmon.metrics import DISK, GPU, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import is_nan, rounded
 from trainmon.report.schema import (
     AgentlessProcess,
@@ -22,19 +22,9 @@ from trainmon.report.schema import (
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clocks",
-}
-# Reasons that mean the GPU is being held back (idle and app clocks are not a problem).
-LIMITING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# Each family's fields that the report summarises, in the report's order: series field → report key.
+DISK_FIGURES = {field: f.report for field, f in DISK.fields.items() if f.report is not None}
+GPU_FIGURES = {field: f.report for field, f in GPU.fields.items() if f.report is not None}
 
 
 def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> Stats:
@@ -59,7 +49,7 @@ def throttle_reasons(mask_values: Iterable[float]) -> list[str]:
     for v in mask_values:
         if not is_nan(v):
             seen |= int(v)
-    return [name for bit, name in THROTTLE_REASONS.items() if seen & bit & LIMITING]
+    return [r.report for r in limiting_reasons(seen)]
 
 
 def system_section(store: Store) -> SystemSection:
@@ -72,38 +62,21 @@ def system_section(store: Store) -> SystemSection:
         "swap_used_mb_max": stats(store, "swap.used_mb")["max"],
     }
     disks: dict[str, DiskFigures] = {}
-    for dev in sorted({m.group(1) for n in store.series if (m := re.match(r"disk\.([^.]+)\.", n))}):
+    index = store.index()
+    for dev in sorted(index.ids(DISK)):
         entry: DiskFigures = {}
-        for key, series in (
-            ("read_mb_s", "read_mb_s"),
-            ("write_mb_s", "write_mb_s"),
-            ("util_percent", "util_pct"),
-            ("r_await_ms", "r_await_ms"),
-            ("w_await_ms", "w_await_ms"),
-            ("r_s", "r_s"),
-        ):
-            entry.update(_flat(key, stats(store, f"disk.{dev}.{series}")))
+        for field, key in DISK_FIGURES.items():
+            entry.update(_flat(key, stats(store, DISK.key(dev, field))))
         disks[dev] = entry
     gpus: list[GpuFigures] = []
-    for idx in sorted({int(m.group(1)) for n in store.series if (m := re.match(r"gpu\.(\d+)\.", n))}):
+    for idx in index.int_ids(GPU):
         g: GpuFigures = {"index": idx}
-        for key, series in (
-            ("util_percent", "util"),
-            ("util_min_percent", "util_min"),
-            ("mem_used_mb", "mem_used_mb"),
-            ("power_w", "power_w"),
-            ("temp_c", "temp_c"),
-            ("sm_clock_mhz", "sm_clock_mhz"),
-            ("pcie_rx_mb_s", "pcie_rx_mb_s"),
-            ("pcie_tx_mb_s", "pcie_tx_mb_s"),
-            ("sm_active_percent", "gpm.sm_active"),
-            ("tensor_active_percent", "gpm.tensor_active"),
-        ):
-            if f"gpu.{idx}.{series}" in store.series:
-                g.update(_flat(key, stats(store, f"gpu.{idx}.{series}")))
-        g["mem_total_mb"] = store.latest(f"gpu.{idx}.mem_total_mb")
-        g["power_limit_w"] = store.latest(f"gpu.{idx}.power_limit_w")
-        throttle = store.series.get(f"gpu.{idx}.throttle")
+        for field, key in GPU_FIGURES.items():
+            if GPU.key(idx, field) in store.series:
+                g.update(_flat(key, stats(store, GPU.key(idx, field))))
+        g["mem_total_mb"] = store.latest(GPU.key(idx, "mem_total_mb"))
+        g["power_limit_w"] = store.latest(GPU.key(idx, "power_limit_w"))
+        throttle = store.series.get(GPU.key(idx, "throttle"))
         g["throttle_reasons"] = throttle_reasons(throttle.values) if throttle is not None else []
         gpus.append(g)
     for g, info in zip(gpus, store.metadata.get("gpus") or [], strict=False):
@@ -131,8 +104,8 @@ def process_figures(store: Store, run: Run) -> ProcessFigures:
 
 def pyspy_wait_share(store: Store, pid: int) -> float | None:
     """Agentless estimate: share of py-spy samples of the main thread inside DataLoader ``__next__``."""
-    shares = store.series.get(f"pyspy.{pid}.data_wait_share")
-    counts = store.series.get(f"pyspy.{pid}.samples")
+    shares = store.series.get(PYSPY.key(pid, "data_wait_share"))
+    counts = store.series.get(PYSPY.key(pid, "samples"))
     if shares is None or counts is None:
         return None
     weighted = total = 0.0
@@ -146,12 +119,12 @@ def pyspy_wait_share(store: Store, pid: int) -> float | None:
 def agentless_section(store: Store) -> list[AgentlessProcess]:
     """Processes watched by py-spy only (``--pid``) that never attached the agent."""
     attached = {run.pid for run in store.runs.values()}
-    pids = sorted({int(m.group(1)) for n in store.series if (m := re.match(r"pyspy\.(\d+)\.samples$", n))})
+    pids = store.index().int_ids(PYSPY, "samples")
     out: list[AgentlessProcess] = []
     for pid in pids:
         if pid in attached:
             continue
-        samples = store.series[f"pyspy.{pid}.samples"]
+        samples = store.series[PYSPY.key(pid, "samples")]
         out.append(
             {
                 "pid": pid,
@@ -177,7 +150,7 @@ def process_figures_pid(store: Store, pid: int) -> ProcFigures:
         "runq_wait_ms_s",
         "gpu_mem_mb",
     ):
-        s = stats(store, f"proc.{pid}.{key}")
+        s = stats(store, PROC.key(pid, key))
         if s["p50"] is not None:
             fig[key] = s["p50"] if key != "rss_mb" else s["max"]
     return fig

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any
 
-from trainmon.metrics import GPM_METRIC_IDS
+from trainmon.metrics import GPM_METRIC_IDS, GPU
 from trainmon.numbers import NAN, is_nan
 from trainmon.sources.gpu_devices import Device, Gpm, merge_processes, parse_visible
 from trainmon.sources.nvml import (
@@ -90,7 +90,7 @@ class GpuSource:
         """(Re)build the device list: handles are looked up here once and cached."""
         for d in self._devices:
             self._free_gpm(d)
-        for key in [k for k in self._reasons if k.startswith("gpu.")]:
+        for key in [k for k in self._reasons if k.startswith(GPU.prefix)]:
             del self._reasons[key]  # in place: the binding holds the same dict
         self._devices = [self._open_device(i, now) for i in range(count)]
         if count == 0:

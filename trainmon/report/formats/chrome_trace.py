@@ -7,19 +7,27 @@ step (where the loop fetches its batch); the agent records its length, not its e
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from trainmon.metrics import DISK, GPU
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.schema import Report
 from trainmon.store.store import Store
 
-COUNTERS = re.compile(
-    r"^(cpu\.(busy|iowait)|mem\.used_pct|gpu\.\d+\.(util|mem_used_mb|power_w)|"
-    r"disk\.[^.]+\.(read_mb_s|write_mb_s|util_pct))$"
-)
+HOST_COUNTERS = ("cpu.busy", "cpu.iowait", "mem.used_pct")
+GPU_COUNTERS = ("util", "mem_used_mb", "power_w")
+DISK_COUNTERS = ("read_mb_s", "write_mb_s", "util_pct")
 HOST_PID = 0
 MAX_STEPS_PER_RUN = 200_000
+
+
+def _counter_names(store: Store) -> list[str]:
+    """The host, GPU and disk series drawn as counter tracks, by name."""
+    index = store.index()
+    names = [*HOST_COUNTERS]
+    names += [GPU.key(g, f) for g in index.ids(GPU) for f in GPU_COUNTERS]
+    names += [DISK.key(d, f) for d in index.ids(DISK) for f in DISK_COUNTERS]
+    return sorted(n for n in names if n in store.series)
 
 
 def build_trace(store: Store, report: Report | None = None) -> dict[str, Any]:
@@ -80,7 +88,7 @@ def build_trace(store: Store, report: Report | None = None) -> dict[str, Any]:
                 )
             for t, name in run.marks:
                 events.append({"ph": "i", "name": name, "pid": pid, "tid": 4, "ts": us(t), "s": "p"})
-        for name in sorted(n for n in store.series if COUNTERS.match(n)):
+        for name in _counter_names(store):
             series = store.series[name]
             for t, v in series:
                 if v == v:

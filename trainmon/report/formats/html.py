@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trainmon.metrics import DISK, GPU, SeriesIndex
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.formats.svg import PAD_B, PAD_T, H, W, bars, esc, frame, nice_max, polyline, x_of
@@ -88,7 +89,8 @@ def _host_charts(report: Report, dt: float, duration: float) -> list[str]:
     """GPU utilisation (or why there is none), host CPU, and each disk the report kept series for."""
     charts = []
     metrics = report["series"]["metrics"]
-    gpu = sorted(k for k in metrics if k.endswith(".util") and k.startswith("gpu."))
+    index = SeriesIndex(metrics)
+    gpu = sorted(GPU.key(g, "util") for g in index.ids(GPU, "util"))
     if gpu:
         body = "".join(polyline(metrics[k], dt, duration, 100.0, PALETTE[i % 8]) for i, k in enumerate(gpu))
         charts.append(
@@ -107,12 +109,14 @@ def _host_charts(report: Report, dt: float, duration: float) -> list[str]:
     cpu = [("cpu.busy", "busy", "#1565c0"), ("cpu.iowait", "iowait", "#c62828")]
     body = "".join(polyline(metrics[k], dt, duration, 100.0, c) for k, _, c in cpu if k in metrics)
     charts.append(frame("Host CPU", 100.0, "%", duration, body, [(n, c) for k, n, c in cpu if k in metrics]))
-    disks = sorted({k.split(".")[1] for k in metrics if k.startswith("disk.")})
-    for d in disks:
-        keys = [(f"disk.{d}.read_mb_s", "read MB/s", "#00838f"), (f"disk.{d}.write_mb_s", "write MB/s", "#ad1457")]
+    for d in sorted(index.ids(DISK)):
+        keys = [
+            (DISK.key(d, "read_mb_s"), "read MB/s", "#00838f"),
+            (DISK.key(d, "write_mb_s"), "write MB/s", "#ad1457"),
+        ]
         y_max = nice_max([x for k, _, _ in keys for x in metrics.get(k, [])])
         body = "".join(polyline(metrics[k], dt, duration, y_max, c) for k, _, c in keys if k in metrics)
-        util = metrics.get(f"disk.{d}.util_pct")
+        util = metrics.get(DISK.key(d, "util_pct"))
         legend = [(n, c) for _, n, c in keys]
         if util:
             body += polyline([u * y_max / 100 if u is not None else None for u in util], dt, duration, y_max, "#9e9e9e")
