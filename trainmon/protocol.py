@@ -14,7 +14,7 @@ import struct
 import sys
 import tempfile
 from array import array
-from typing import Any
+from typing import Any, TypeGuard
 
 MAGIC = b"TRMN"
 VERSION = 1
@@ -69,7 +69,7 @@ def frame(kind: int, payload: bytes) -> bytes:
     return FRAME_HEADER.pack(kind, len(payload)) + payload
 
 
-def json_frame(kind: int, obj: dict) -> bytes:
+def json_frame(kind: int, obj: dict[str, Any]) -> bytes:
     return frame(kind, json.dumps(obj, separators=(",", ":"), default=str).encode())
 
 
@@ -116,7 +116,7 @@ def _waits(payload: bytes, kinds: bytes) -> dict[int, int]:
     return waits
 
 
-def events_payload(records: array) -> bytes:
+def events_payload(records: array[int]) -> bytes:
     """Encode an ``array('q')`` of flat records; one C call, no per-record objects."""
     if _BIG_ENDIAN:
         records = array("q", records)
@@ -124,7 +124,7 @@ def events_payload(records: array) -> bytes:
     return records.tobytes()
 
 
-def decode_events(payload: bytes | memoryview) -> array:
+def decode_events(payload: bytes | memoryview) -> array[int]:
     if len(payload) % RECORD_BYTES:
         raise ProtocolError(f"event payload of {len(payload)} bytes is not a multiple of {RECORD_BYTES}")
     records = array("q")
@@ -134,7 +134,7 @@ def decode_events(payload: bytes | memoryview) -> array:
     return records
 
 
-def decode_json(payload: bytes | memoryview) -> dict:
+def decode_json(payload: bytes | memoryview) -> dict[str, Any]:
     if len(payload) > MAX_JSON_FRAME:
         raise ProtocolError(f"JSON frame of {len(payload)} bytes exceeds {MAX_JSON_FRAME}")
     try:
@@ -161,9 +161,9 @@ class FrameReader:
         self.preamble_seen = False
         self.hello_seen = False
 
-    def feed(self, data: bytes) -> list[tuple[int, memoryview]]:
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
         self._buf += data
-        out: list[tuple[int, memoryview]] = []
+        out: list[tuple[int, bytes]] = []
         if not self.preamble_seen:
             if len(self._buf) < PREAMBLE_SIZE:
                 if not MAGIC.startswith(bytes(self._buf[:4])):
@@ -248,12 +248,12 @@ _LOADER_FIELDS: dict[str, type] = {
 }
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _count(value: object) -> int:
-    return value if _is_int(value) and 0 <= value < 1 << 62 else 0  # type: ignore[return-value]
+    return value if _is_int(value) and 0 <= value < 1 << 62 else 0
 
 
 def bounded_argv(argv: list[str]) -> list[str]:
@@ -324,14 +324,14 @@ def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
 def _typed(value: object, kind: type) -> Any:
     """``value`` if it has the expected type (ints: non-negative, < 2**40), else None."""
     if kind is int:
-        return value if _is_int(value) and 0 <= value < 1 << 40 else None  # type: ignore[operator]
+        return value if _is_int(value) and 0 <= value < 1 << 40 else None
     if isinstance(value, kind):
         return value[:200] if isinstance(value, str) else value
     return None
 
 
 def _loader_id(value: object) -> int | None:
-    return value if _is_int(value) and 0 <= value < MAX_LOADER_ID else None  # type: ignore[return-value]
+    return value if _is_int(value) and 0 <= value < MAX_LOADER_ID else None
 
 
 def clean_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -225,12 +225,6 @@ def stats() -> dict[str, int]:
     return {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
 
 
-def report_device() -> None:
-    """Tell the monitor which device the job uses once it is known (called by integrations)."""
-    if _agent is not None and (device := _device_kind()):
-        _agent.sender.add_control({"device": device})
-
-
 def _after_fork_in_child() -> None:
     """A forked child (e.g. a DataLoader worker) starts inert: no sender, no patches, no buffer."""
     global _agent, _lock

@@ -20,7 +20,7 @@ _buf = array("q")
 _rec = struct.Struct("4q").pack  # native order and size, as array("q") holds them
 
 
-def swap_buffer() -> array:
+def swap_buffer() -> array[int]:
     """Hand the filled buffer to the sender and start a fresh one."""
     global _buf
     full, _buf = _buf, array("q")
@@ -39,7 +39,7 @@ def pending_records() -> int:
 def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``_BaseDataLoaderIter.__next__``: the time spent inside it is the data wait."""
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         t0 = _pc()
         try:
             batch = orig(self)
@@ -50,6 +50,7 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
         _buf.frombytes(_rec(self._trainmon_tag, t0, _pc(), 0))
         return batch
 
+    # Attributes on a function object: mypy does not model them, hence attr-defined.
     __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
     __next__.__wrapped__ = orig  # type: ignore[attr-defined]
     return __next__
@@ -84,6 +85,7 @@ def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _buf.frombytes(_rec(K_CKPT, t0, _pc(), 0))
 
+    # Attributes on a function object: mypy does not model them, hence attr-defined.
     save.__trainmon_original__ = orig  # type: ignore[attr-defined]
     save.__wrapped__ = orig  # type: ignore[attr-defined]
     save.__doc__ = orig.__doc__

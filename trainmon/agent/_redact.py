@@ -42,5 +42,5 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def _mask_value(m: re.Match) -> str:
+def _mask_value(m: re.Match[str]) -> str:
     return f"{m['key']}{MASK}"

@@ -10,6 +10,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from trainmon import protocol as P
 from trainmon.agent import _hot
@@ -59,7 +60,7 @@ class Counts:
         for lid, n in other.wait.items():
             self.wait[lid] = self.wait.get(lid, 0) + n
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "step": self.step,
             "opt": self.opt,
@@ -69,7 +70,7 @@ class Counts:
         }
 
 
-def _control_key(msg: dict) -> tuple:
+def _control_key(msg: dict[str, Any]) -> tuple[Any, ...]:
     """Control messages are re-sent on each connection, only the latest per key (bounded)."""
     for key, field in (("loader", "id"), ("workers", "loader"), ("name", "id")):
         if isinstance(body := msg.get(key), dict):
@@ -81,7 +82,11 @@ class Sender:
     """Owns the connection. Only this thread (or the exit flush, after it stopped) touches it."""
 
     def __init__(
-        self, address: str, hello: dict, token: str | None = None, hello_extra: Callable[[], dict] | None = None
+        self,
+        address: str,
+        hello: dict[str, Any],
+        token: str | None = None,
+        hello_extra: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.address = address
         self.hello = hello
@@ -96,8 +101,9 @@ class Sender:
         self._pending_bytes = 0
         self._handed = Counts()  # records that left the queue: sent, or dropped for good
         self._collected_last = 0  # kind of the last wait/opt record collected (groups span batches)
-        self._control: dict[tuple, dict] = {}  # latest control message per key, re-sent on reconnect
-        self._outbox: list[dict] = []  # control messages not yet written on this connection
+        # The latest control message per key, re-sent on reconnect.
+        self._control: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._outbox: list[dict[str, Any]] = []  # control messages not yet written on this connection
         self._control_lock = threading.Lock()  # held for list/dict operations only
         self._sock: socket.socket | None = None
         self._out = bytearray()
@@ -136,7 +142,7 @@ class Sender:
                     time.sleep(0.005)
             self._close()
 
-    def add_control(self, msg: dict) -> None:
+    def add_control(self, msg: dict[str, Any]) -> None:
         with self._control_lock:
             self._control[_control_key(msg)] = msg
             if self._sock is not None:

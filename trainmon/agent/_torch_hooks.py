@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
 from trainmon.protocol import K_ITER_START, K_WAIT
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 WORKER_ENV = "TRAINMON_WORKER"
 
@@ -20,12 +24,12 @@ WORKER_ENV = "TRAINMON_WORKER"
 class Registry:
     """Loaders seen so far; talks to the sender through ``emit`` (a control-message sink)."""
 
-    def __init__(self, emit: Callable[[dict], None]) -> None:
+    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
         self.emit = emit
         self.next_id = 1
         self.worker_pids: dict[int, list[int]] = {}
 
-    def register_loader(self, config: dict) -> int:
+    def register_loader(self, config: dict[str, Any]) -> int:
         lid = self.next_id
         self.next_id += 1
         self.emit({"loader": dict(config, id=lid)})
@@ -41,7 +45,7 @@ class Registry:
             self.emit({"workers": {"loader": lid, "pids": pids}})
 
 
-def loader_config(loader: Any) -> dict:
+def loader_config(loader: Any) -> dict[str, Any]:
     def attr(name: str, default: Any = None) -> Any:
         try:
             return getattr(loader, name, default)
@@ -50,7 +54,7 @@ def loader_config(loader: Any) -> dict:
 
     dataset = attr("dataset")
     try:
-        dataset_len = len(dataset)  # type: ignore[arg-type]
+        dataset_len = len(dataset)
     except Exception:
         dataset_len = None
     ctx = attr("multiprocessing_context")
@@ -68,7 +72,7 @@ def loader_config(loader: Any) -> dict:
     }
 
 
-def iterator_config(it: Any) -> dict:
+def iterator_config(it: Any) -> dict[str, Any]:
     """Config of a loader known only through an iterator made before ``attach()``."""
 
     def attr(name: str, default: Any = None) -> Any:
@@ -167,7 +171,7 @@ class TorchHooks:
 
         orig_iter = dl.DataLoader.__iter__
 
-        def __iter__(loader):
+        def __iter__(loader: Any) -> Any:
             lid = loader.__dict__.get("_trainmon_id")
             if lid is None:
                 try:
@@ -191,7 +195,7 @@ class TorchHooks:
                 pass
             return it
 
-        __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
+        __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]  # a function attribute mypy does not model
         self._set(dl.DataLoader, "__iter__", __iter__)
 
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -212,7 +216,9 @@ class _TorchImportWatcher:
     def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != "torch":
             return None
         for finder in sys.meta_path:
@@ -225,7 +231,7 @@ class _TorchImportWatcher:
             return None
         loader = spec.loader
         original_exec = getattr(loader, "exec_module", None)
-        if original_exec is None:
+        if loader is None or original_exec is None:
             return None
         callback = self.callback
 
@@ -238,5 +244,6 @@ class _TorchImportWatcher:
             except Exception:
                 pass
 
-        loader.exec_module = exec_module
+        # Wraps this one loader instance's method, so the callback runs once torch's module body has.
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

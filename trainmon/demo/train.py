@@ -101,8 +101,9 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
             if args.io_file or args.remote:
                 io = self._handles()
                 pages = max(1, os.fstat(io.fd).st_size // PAGE - args.io_kb // 4) if io.fd >= 0 else 0
-                for _ in range(args.io_reads):
-                    os.preadv(io.fd, [io.buf], random.randrange(pages) * PAGE)
+                if io.buf is not None:  # opened with --io-file, which --io-reads makes
+                    for _ in range(args.io_reads):
+                        os.preadv(io.fd, [io.buf], random.randrange(pages) * PAGE)
                 if io.conn is not None:
                     # read() on the socket, as a network filesystem (NFS, FUSE) client would do.
                     want = args.remote_kb * 1024
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     device = torch.device(args.device)
-    model = nn.Sequential(
+    model: nn.Module = nn.Sequential(
         nn.Linear(args.features, args.width),
         nn.ReLU(),
         nn.Linear(args.width, args.width),

@@ -9,7 +9,7 @@ from trainmon.integrations._marks import Marks
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]  # same class, other package
 
 
 class TrainmonCallback(Callback):
