@@ -24,6 +24,8 @@ demo: $(VENV)/.demo-installed
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check trainmon tests benchmarks scripts
 	$(VENV)/bin/ruff format --check trainmon tests benchmarks scripts
+	$(VENV)/bin/mypy trainmon
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
