@@ -315,7 +315,13 @@ async def test_stack_dump_of_a_real_process_and_the_permission_message():
     try:
         store = make_store(20.0)
         monitor = SimpleNamespace(
-            store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None, extra_pids={child.pid: "child"}
+            store=store,
+            last_snapshot=None,
+            listeners=[],
+            interval=1.0,
+            gpu=None,
+            extra_pids={child.pid: "child"},
+            dump_stacks=Monitor.dump_stacks,
         )
         store.sample(T0 + 20.5, {f"proc.{child.pid}.rss_mb": 10.0, f"proc.{child.pid}.cpu_pct": 0.0})
         app = make_app(LiveFeed(monitor))

@@ -158,6 +158,13 @@ class Monitor:
         self.sources.append(_PySpySource(PySpySampler(pid)))
         return None
 
+    @staticmethod
+    def dump_stacks(pid: int) -> list[str]:
+        """Readable Python stacks of every thread of ``pid``, by py-spy without pausing it (or why not)."""
+        from trainmon.sources.pyspy import dump
+
+        return dump(pid).summary(max_frames=30)
+
     def start(self) -> None:
         if self.agents is not None:
             self.agents.start()

@@ -64,6 +64,9 @@ class MonitorLike(Protocol):
     @property
     def listeners(self) -> Listeners: ...
 
+    def dump_stacks(self, pid: int) -> list[str]:
+        """Readable Python stacks of ``pid`` now (or why there are none)."""
+
 
 class LiveFeed:
     """The live Monitor as a Feed; it keeps the verdict of every tick for the history strip and the cursor."""
@@ -144,9 +147,7 @@ class LiveFeed:
     def dump(self, pid: int) -> list[str]:
         if self._dumper is not None:
             return self._dumper(pid)
-        from trainmon.sources.pyspy import dump
-
-        return dump(pid).summary(max_frames=30)
+        return self.monitor.dump_stacks(pid)
 
     def close(self) -> None:
         self._subscribers.clear()
