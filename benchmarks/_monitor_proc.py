@@ -3,8 +3,8 @@
     python benchmarks/_monitor_proc.py record --output F --listen ADDR [--interval 1] [--gpus 8] [--track FILE]
     python benchmarks/_monitor_proc.py tui --listen ADDR [--interval 1] [--gpus 8] [--track FILE]
 
-``record`` mirrors ``trainmon.cli.cmd_record`` (a Recorder as the Monitor's sink, quiet, stopped by SIGTERM) and
-``tui`` mirrors ``cmd_live`` (the Textual screen over a LiveFeed); the only differences are the NVML module, the
+``record`` mirrors ``trainmon.cli.commands.record`` (a Recorder as the Monitor's sink, quiet, stopped by SIGTERM) and
+``tui`` mirrors ``commands.live`` (the Textual screen over a LiveFeed); the only differences are the NVML module, the
 fake of tests/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
 samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
 writes what the monitor ingested (runs, steps, records, bytes) when it stops.

@@ -70,6 +70,31 @@ def test_missing_command_is_one_line_and_127():
     assert res.returncode == 2 and "nothing to run" in res.stderr
 
 
+@pytest.mark.parametrize(
+    "argv, listen, interval, pids",
+    [
+        (["--listen", "A", "record", "-o", "f"], "A", None, []),
+        (["record", "--listen", "B", "-o", "f"], "B", None, []),
+        (["--listen", "A", "--interval", "2", "record", "--listen", "B", "-o", "f"], "B", 2.0, []),
+        (["--pid", "1", "record", "--pid", "2", "--pid", "3", "-o", "f"], None, None, [1, 2, 3]),
+        (["--pid", "1", "record", "-o", "f"], None, None, [1]),
+        (["record", "--pid", "2", "-o", "f"], None, None, [2]),
+    ],
+)
+def test_monitor_options_are_taken_before_and_after_the_command_name(argv, listen, interval, pids):
+    from trainmon.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert (args.listen, args.interval, args.pid) == (listen, interval, pids)
+
+
+def test_options_after_run_belong_to_the_command():
+    from trainmon.cli import build_parser
+
+    args = build_parser().parse_args(["--pid", "1", "run", "--", "python", "x.py", "--pid", "3"])
+    assert args.pid == [1] and args.cmd == ["--", "python", "x.py", "--pid", "3"]
+
+
 @pytest.mark.parametrize("launcher", [["-m", "torch.distributed.run"]], ids=["torchrun"])
 def test_every_rank_under_torchrun_is_attached_and_grouped(tmp_path, launcher):
     rec = tmp_path / "d.tmrec"

@@ -1,0 +1,1 @@
+"""One module per ``trainmon`` command; ``trainmon.cli.program`` lists them in the order ``trainmon --help`` shows."""
