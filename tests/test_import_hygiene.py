@@ -1,4 +1,4 @@
-"""Layering rules of DESIGN.md, checked in fresh interpreters."""
+"""Layering rules of docs/architecture.md, checked in fresh interpreters."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Findings and the fixed verdict codes (see DESIGN.md)."""
+"""Findings and the fixed verdict codes (the codes are a public contract: add, never rename; docs/architecture.md)."""
 
 from __future__ import annotations
 
