@@ -1,4 +1,8 @@
-"""Socket server for agents: many concurrent connections, bounded, hostile input closes one connection."""
+"""Socket server for agents: many concurrent connections, bounded, hostile input closes one connection.
+
+It runs a little over 400 lines because binding, peer checks, the selector loop and per-connection state
+share one lock and one socket set; split, each part would reach into the others' state.
+"""
 
 from __future__ import annotations
 
