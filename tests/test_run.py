@@ -70,6 +70,17 @@ def test_missing_command_is_one_line_and_127():
     assert res.returncode == 2 and "nothing to run" in res.stderr
 
 
+def test_a_file_that_is_not_a_program_is_one_line_and_126(tmp_path):
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"\x00\x01 not an executable format")
+    data.chmod(0o755)  # executable bit set, so exec fails with ENOEXEC, not EACCES
+    res = subprocess.run(
+        trainmon_cmd("run", "--no-tui", "--", str(data)), env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 126 and f"cannot run {data}: Exec format error" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize(
     "argv, listen, interval, pids",
     [

@@ -34,6 +34,8 @@ def launch(cmd: list[str], env: dict[str, str], **popen_kwargs: Any) -> subproce
         raise CliError(f"command not found: {cmd[0]}", status=EXIT_NOT_FOUND) from None
     except PermissionError:
         raise CliError(f"permission denied: {cmd[0]}", status=EXIT_NOT_EXECUTABLE) from None
+    except OSError as exc:  # not an executable format (ENOEXEC), too many arguments (E2BIG), ...
+        raise CliError(f"cannot run {cmd[0]}: {exc.strerror or exc}", status=EXIT_NOT_EXECUTABLE) from None
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ class Replay(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from trainmon.record import RecordingError, load_recording
-        from trainmon.replay import ReplayFeed, status_lines
+        from trainmon.view import ReplayFeed, status_lines
 
         speed = speed_factor(args.speed)
         try:
