@@ -1,4 +1,4 @@
 """One module per report format; each exposes ``render(source: ReportInput) -> str``.
 
-The registry of format names is ``trainmon.report.render.RENDERERS``.
+The registry of format names is ``trainmon.report.RENDERERS``.
 """
