@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from trainmon.metrics import GPM_METRIC_IDS, GPU
@@ -23,6 +24,7 @@ from trainmon.numbers import NAN, is_nan
 from trainmon.sources.gpu_devices import Device, Gpm, merge_processes, parse_visible
 from trainmon.sources.nvml import (
     FAIL,
+    FUNCTIONS,
     DeviceLost,
     NvmlBinding,
     as_str,
@@ -41,6 +43,29 @@ GPM_MIN_INTERVAL_S = 0.1
 LOST_PROBE_INTERVAL_S = 5.0
 
 
+@dataclass(frozen=True)
+class ScalarRead:
+    """A GPU field (``trainmon.metrics.GPU``) read by one NVML call on the device handle, times ``scale``."""
+
+    field: str
+    entry_points: tuple[str, ...]  # newest first: an older driver falls back to the next
+    scale: float = 1.0
+    arg: str | None = None  # the NvmlBinding constant passed after the handle
+
+
+# Adding a GPU metric that one NVML call reads: its line in trainmon.metrics.GPU and one line here.
+SCALAR_READS = (
+    ScalarRead("power_w", ("nvmlDeviceGetPowerUsage",), 1e-3),
+    ScalarRead("power_limit_w", ("nvmlDeviceGetEnforcedPowerLimit",), 1e-3),
+    ScalarRead("temp_c", ("nvmlDeviceGetTemperature",), arg="temp_gpu"),
+    ScalarRead("sm_clock_mhz", ("nvmlDeviceGetClockInfo",), arg="clock_sm"),
+    ScalarRead("mem_clock_mhz", ("nvmlDeviceGetClockInfo",), arg="clock_mem"),
+    ScalarRead("throttle", ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")),
+    ScalarRead("pcie_rx_mb_s", ("nvmlDeviceGetPcieThroughput",), 1 / 1024, "pcie_rx"),
+    ScalarRead("pcie_tx_mb_s", ("nvmlDeviceGetPcieThroughput",), 1 / 1024, "pcie_tx"),
+)
+
+
 class GpuSource:
     """Samples every GPU NVML sees. Construct once, call `sample(now)` each tick, `close()` at the end."""
 
@@ -48,7 +73,7 @@ class GpuSource:
 
     def __init__(self, nvml_module: Any = None) -> None:
         self.error: str | None = None
-        self._binding = NvmlBinding()
+        self._binding = NvmlBinding({**FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}})
         # The binding records n/a reasons as its calls fail; sampling clears them as values come back.
         self._reasons = self._binding.reasons
         self._call = self._binding.call
@@ -247,28 +272,19 @@ class GpuSource:
             d.mem_total_mb = mem.total / MIB
             put(out, k["mem_used_mb"], mem.used / MIB)
             put(out, k["mem_total_mb"], d.mem_total_mb)
-        self._scalar(d, out, "power", "power_w", 1e-3, h)
-        self._scalar(d, out, "power_limit", "power_limit_w", 1e-3, h)
-        self._scalar(d, out, "temp", "temp_c", 1.0, h, nvml.temp_gpu)
-        self._scalar(d, out, "sm_clock", "sm_clock_mhz", 1.0, h, nvml.clock_sm)
-        self._scalar(d, out, "mem_clock", "mem_clock_mhz", 1.0, h, nvml.clock_mem)
+        for read in SCALAR_READS:
+            series = k[read.field]
+            v = self._call(d, read.field, (series,), h, *(() if read.arg is None else (getattr(nvml, read.arg),)))
+            if v is not FAIL:
+                put(out, series, float(v) * read.scale)
         if is_nan(d.sm_clock_max):  # the max clock never changes: ask until it answers once
             v = self._call(d, "sm_clock_max", (k["sm_clock_max_mhz"],), h, nvml.clock_sm)
             if v is not FAIL:
                 d.sm_clock_max = float(v)
         if not is_nan(d.sm_clock_max):
             put(out, k["sm_clock_max_mhz"], d.sm_clock_max)
-        self._scalar(d, out, "throttle", "throttle", 1.0, h)
-        self._scalar(d, out, "pcie_rx", "pcie_rx_mb_s", 1 / 1024, h, nvml.pcie_rx)
-        self._scalar(d, out, "pcie_tx", "pcie_tx_mb_s", 1 / 1024, h, nvml.pcie_tx)
         if d.gpm is not None:
             self._read_gpm(d, d.gpm, now, out)
-
-    def _scalar(self, d: Device, out: dict[str, float], key: str, metric: str, scale: float, *args: Any) -> None:
-        series = d.keys[metric]
-        v = self._call(d, key, (series,), *args)
-        if v is not FAIL:
-            self._put(out, series, float(v) * scale)
 
     def _read_util_range(self, d: Device, util: float, out: dict[str, float]) -> None:
         k = d.keys

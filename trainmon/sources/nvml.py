@@ -10,7 +10,7 @@ the call is not made again; a GPU that fell off the bus raises `DeviceLost`. The
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from trainmon.numbers import NAN
@@ -54,15 +54,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "util": ("nvmlDeviceGetUtilizationRates",),
     "samples": ("nvmlDeviceGetSamples",),
     "memory": ("nvmlDeviceGetMemoryInfo",),
-    "power": ("nvmlDeviceGetPowerUsage",),
-    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit",),
-    "temp": ("nvmlDeviceGetTemperature",),
-    "sm_clock": ("nvmlDeviceGetClockInfo",),
-    "mem_clock": ("nvmlDeviceGetClockInfo",),
     "sm_clock_max": ("nvmlDeviceGetMaxClockInfo",),
-    "throttle": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-    "pcie_rx": ("nvmlDeviceGetPcieThroughput",),
-    "pcie_tx": ("nvmlDeviceGetPcieThroughput",),
     "procs": (
         "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -107,7 +99,9 @@ class CallSite(Protocol):
 class NvmlBinding:
     """One loaded pynvml module: its entry points and constants, plus the n/a reasons its failures left behind."""
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Mapping[str, tuple[str, ...]] = FUNCTIONS) -> None:
+        """``functions``: call key → entry-point names, newest first (FUNCTIONS plus the caller's own)."""
+        self.functions = functions
         self.module: Any = None
         self.reasons: dict[str, str] = {}  # series (or "gpu.{i}.<what>") → why it is n/a
         self.fns: dict[str, list[tuple[str, Callable[..., Any]]]] = {}  # key → entry points left, newest first
@@ -150,7 +144,7 @@ class NvmlBinding:
         self.pcie_tx = getattr(m, "NVML_PCIE_UTIL_TX_BYTES", _PCIE_UTIL_TX_BYTES)
         self.fns = {
             key: [(n, getattr(m, n)) for n in names if callable(getattr(m, n, None))]
-            for key, names in FUNCTIONS.items()
+            for key, names in self.functions.items()
         }
 
     def shutdown(self) -> None:
@@ -219,7 +213,7 @@ class NvmlBinding:
             except Exception as e:
                 self._fail(site, key, series, f"{type(e).__name__}: {error_text(e)} ({fn_name})", False, log_level)
                 return FAIL
-        names = " / ".join(FUNCTIONS.get(key, (key,)))
+        names = " / ".join(self.functions.get(key, (key,)))
         self._fail(site, key, series, f"not in this pynvml binding or driver ({names})", True, log_level)
         return FAIL
 
