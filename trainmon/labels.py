@@ -5,7 +5,7 @@ Every view (TUI, status line, report, diagnosis evidence) calls these, so a run 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -17,6 +17,21 @@ def run_label(rank: int | None, pid: int) -> str:
 def main_role(hello: dict[str, Any]) -> str:
     """The role of a run's main process in the process table: "rank" in a multi-process job, else "main"."""
     return "rank" if (hello.get("world_size") or 1) > 1 else "main"
+
+
+def loader_summary(config: Mapping[str, Any]) -> str:
+    """A DataLoader's settings in a few words for a screen: "bs 32 · 2 workers · no pin · persistent"."""
+    parts = []
+    if isinstance(config.get("batch_size"), int):
+        parts.append(f"bs {config['batch_size']}")
+    workers = config.get("num_workers")
+    if isinstance(workers, int):
+        parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
+    if "pin_memory" in config:
+        parts.append("pin" if config.get("pin_memory") else "no pin")
+    if config.get("persistent_workers"):
+        parts.append("persistent")
+    return " · ".join(parts)
 
 
 def status_run_part(label: str, steps_per_s: float, wait_fraction: float, steps: int) -> str:

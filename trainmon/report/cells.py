@@ -18,6 +18,7 @@ def fmt(value: object, suffix: str = "", digits: int = 1) -> str:
 
 
 def loader_cell(cfg: LoaderConfig | None) -> str:
+    """Every DataLoader setting the report keeps, spelled out (screens use ``labels.loader_summary``)."""
     if not cfg:
         return "n/a"
     return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainmon.labels import loader_summary
 from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import NAN, is_nan
 from trainmon.store.run import Run
@@ -35,7 +36,7 @@ def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols:
         run.name,
         run.pid,
         state,
-        _loader_text(run),
+        loader_summary(info.config) if (info := run.train_loader()) is not None else "",
         wait_ms,
         compute_ms,
         rate,
@@ -43,23 +44,6 @@ def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols:
         run_marks(run, col_edges, cols),
         run_values(run, instant),
     )
-
-
-def _loader_text(run: Run) -> str:
-    info = run.train_loader()
-    if info is None:
-        return ""
-    c = info.config
-    parts = []
-    if isinstance(c.get("batch_size"), int):
-        parts.append(f"bs {c['batch_size']}")
-    if isinstance(c.get("num_workers"), int):
-        parts.append(f"{c['num_workers']} worker{'s' if c['num_workers'] != 1 else ''}")
-    if "pin_memory" in c:
-        parts.append("pin" if c.get("pin_memory") else "no pin")
-    if c.get("persistent_workers"):
-        parts.append("persistent")
-    return " · ".join(parts)
 
 
 def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[AgentlessView]:
