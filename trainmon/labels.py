@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainmon.numbers import is_nan
+
 
 def run_label(rank: int | None, pid: int) -> str:
     """ "rank N" for a distributed run, else "pid N"."""
@@ -36,7 +38,7 @@ def loader_summary(config: Mapping[str, Any]) -> str:
 
 def status_run_part(label: str, steps_per_s: float, wait_fraction: float, steps: int) -> str:
     """One run's part of the status line (NaN wait → n/a)."""
-    wait = f"{wait_fraction:5.1%}" if wait_fraction == wait_fraction else "  n/a"
+    wait = "  n/a" if is_nan(wait_fraction) else f"{wait_fraction:5.1%}"
     return f"{label}: {steps_per_s:6.1f} steps/s, data wait {wait}, {steps} steps"
 
 

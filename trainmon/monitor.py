@@ -20,6 +20,7 @@ from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
 from trainmon.labels import run_label, status_run_part, status_text
 from trainmon.metrics import PROC
+from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
@@ -257,7 +258,7 @@ class Monitor:
                         (j - i) / span,
                         w.wait_fraction,
                         w.samples_per_s,
-                        w.step_p50_s * 1e3 if w.step_p50_s == w.step_p50_s else math.nan,
+                        math.nan if is_nan(w.step_p50_s) else w.step_p50_s * 1e3,
                         run.dropped_records,
                     )
                 )

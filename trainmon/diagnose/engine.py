@@ -11,6 +11,7 @@ from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding, headline
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, host_window, run_window
+from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
 NO_AGENT = Finding(
@@ -46,7 +47,7 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
             judged += 1
             jobs[run.job_key].append(w)
             # Host and process figures over the span the steps cover, not after the run stopped.
-            span_end = min(t, w.last_end) if w.last_end == w.last_end else t
+            span_end = t if is_nan(w.last_end) else min(t, w.last_end)
             run_host = host_window(store, w.t0, span_end)
             ev = gather(store, run, w.t0, span_end)
             inp = rules.input_bound(w, run_host, ev, th)

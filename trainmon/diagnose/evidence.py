@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trainmon.diagnose.window import mean
 from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC
+from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 
@@ -26,7 +27,7 @@ class ProcEvidence:
 
     @property
     def known(self) -> bool:
-        return self.cpu_pct == self.cpu_pct
+        return not is_nan(self.cpu_pct)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
         # The main thread is the one that works (a worker's or the training loop's); helper threads
         # (interop pools, pin-memory, the agent's sender) mostly sleep and would dilute the share.
         main = m(f"state_main_{letter}")
-        return main if main == main else m(f"state_{letter}")
+        return m(f"state_{letter}") if is_nan(main) else main
 
     return ProcEvidence(
         pid,
@@ -84,7 +85,7 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
     index = store.index()
     for disk in index.ids(DISK, "util_pct"):
         util = mean(store.values_between(DISK.key(disk, "util_pct"), t0, t1))
-        if util == util and not util <= (ev.disk_util_max if ev.disk_util_max == ev.disk_util_max else -1):
+        if not is_nan(util) and not util <= (-1 if is_nan(ev.disk_util_max) else ev.disk_util_max):
             ev.disk_util_max = util
             ev.disk_busiest = disk
             ev.disk_await_max = mean(store.values_between(DISK.key(disk, "r_await_ms"), t0, t1))
@@ -99,9 +100,9 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
         ev.gpu_util = mean(gpu_mean(g, "util") for g in used)
         ev.gpu_util_min = mean(gpu_mean(g, "util_min") for g in used)
         mem = [gpu_mean(g, "mem_used_mb") / (store.latest(GPU.key(g, "mem_total_mb")) or NAN) * 100 for g in used]
-        ev.gpu_mem_pct = max((x for x in mem if x == x), default=NAN)
+        ev.gpu_mem_pct = max(known(mem), default=NAN)
         ev.gpu_pcie_rx_mb_s = sum(x for g in used if (x := gpu_mean(g, "pcie_rx_mb_s")) == x)
-        masks = [v for g in used for v in store.values_between(GPU.key(g, "throttle"), t0, t1) if v == v]
+        masks = [v for g in used for v in known(store.values_between(GPU.key(g, "throttle"), t0, t1))]
         if masks:
             limited = [int(v) & LIMITING_THROTTLE for v in masks]
             ev.gpu_throttle_share = sum(1 for v in limited if v) / len(limited)

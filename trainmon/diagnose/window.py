@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.steps import Steps
 from trainmon.store.store import Store
@@ -29,7 +30,7 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def mean(values: Iterable[float]) -> float:
-    vals = [v for v in values if v == v]
+    vals = known(values)
     return sum(vals) / len(vals) if vals else math.nan
 
 
@@ -118,7 +119,7 @@ class RunWindow:
     def starving_fraction(self) -> float:
         """The wait that starved the accelerator: the exposed share where measured, else the whole wait."""
         exposed = self.exposed_fraction
-        return exposed if exposed == exposed else self.wait_fraction
+        return self.wait_fraction if is_nan(exposed) else exposed
 
     def overlaps_checkpoint(self, s: float, e: float) -> bool:
         return any(c0 < e and c1 > s for c0, c1 in self.checkpoint_spans)
@@ -221,7 +222,7 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     w.last_end = steps.end[i + segments[-1][1] - 1]
     exposed = _pick(steps.exposed, i, segments)
     if exposed.tobytes() != _NAN8 * m:  # some step in the window has a measured exposed wait (CUDA)
-        measured = [x for x in exposed if x == x]
+        measured = known(exposed)
         w.exposed_s = math.fsum(measured)
         w.exposed_steps = len(measured)
     stride = _stride(m)
@@ -359,10 +360,10 @@ def host_window(store: Store, t0: float, t1: float) -> HostWindow:
     h.cpu_busy = mean(store.values_between("cpu.busy", t0, t1))
     h.cpu_iowait = mean(store.values_between("cpu.iowait", t0, t1))
     cores = store.latest("cpu.cores")
-    h.cores = int(cores) if cores and cores == cores else 1
-    mem = [v for v in store.values_between("mem.used_pct", t0, t1) if v == v]
+    h.cores = int(cores) if cores and not is_nan(cores) else 1
+    mem = known(store.values_between("mem.used_pct", t0, t1))
     h.mem_used_pct_max = max(mem) if mem else math.nan
-    swap = [v for v in store.values_between("swap.used_mb", t0, t1) if v == v]
+    swap = known(store.values_between("swap.used_mb", t0, t1))
     if swap:
         h.swap_used_mb_max = max(swap)
         h.swap_growth_mb = swap[-1] - swap[0]

@@ -30,7 +30,7 @@ def _binned(times: Iterable[float], values: Iterable[float], first: float, width
     sums = [0.0] * n
     counts = [0] * n
     for t, v in zip(times, values, strict=False):
-        if v != v:
+        if is_nan(v):
             continue
         k = min(n - 1, max(0, int((t - first) / width)))
         sums[k] += v

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from trainmon.diagnose.window import quantile
 from trainmon.metrics import DISK, GPU, PROC, PYSPY, limiting_reasons
-from trainmon.numbers import is_nan, rounded
+from trainmon.numbers import is_nan, known, rounded
 from trainmon.report.schema import (
     AgentlessProcess,
     CpuFigures,
@@ -33,7 +33,7 @@ def stats(store: Store, name: str, t0: float | None = None, t1: float | None = N
     if series is None:
         return {"p50": None, "p95": None, "max": None}
     values = list(series.values if t0 is None else series.between(t0, t1 or math.inf)[1])
-    values = [v for v in values if v == v]
+    values = known(values)
     if not values:
         return {"p50": None, "p95": None, "max": None}
     return {"p50": rounded(quantile(values, 0.5)), "p95": rounded(quantile(values, 0.95)), "max": rounded(max(values))}

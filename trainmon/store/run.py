@@ -264,6 +264,7 @@ class Run:
                 self.phases.append((t0, t1, self.names.get(tag >> 8, f"phase-{tag >> 8}")))
             elif kind == K_EXPOSED:
                 exposed = vals[i] * NS
+                # NaN tests stay inline on this per-record path (a call per record costs more than the test).
                 self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
 
     def _add_checkpoint(self, t0: float, t1: float) -> None:

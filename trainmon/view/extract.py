@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from trainmon.labels import loader_summary
 from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, PROC, PYSPY, limiting_reasons
-from trainmon.numbers import NAN, is_nan
+from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.store.store import Store
@@ -144,9 +144,7 @@ def disk_views(store: Store, edges: Sequence[float], t: float, hold: float) -> l
             k: value_at(store.series.get(keys[k]), t, hold)
             for k in ("read_mb_s", "write_mb_s", "util_pct", "r_await_ms", "w_await_ms", "r_s", "w_s")
         }
-        activity = (
-            sum(x for x in read if x == x) + sum(x for x in write if x == x) + sum(x for x in util if x == x) / 100
-        )
+        activity = sum(known(read)) + sum(known(write)) + sum(known(util)) / 100
         out.append(DiskView(name, read, write, util, values, activity))
     return sorted(out, key=lambda d: (-d.activity, d.name))
 

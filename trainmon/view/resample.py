@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from trainmon.numbers import NAN
+from trainmon.numbers import NAN, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.view.frames import RunValues
@@ -38,7 +38,7 @@ def bucket_series(series: Series | None, edges: Sequence[float], hold_s: float, 
     for k in range(n):
         i, j = idx[k], idx[k + 1]
         if j > i:
-            vals = [v for v in values[i:j] if v == v]
+            vals = known(values[i:j])
             if vals:
                 if how == "max":
                     out[k] = max(vals)

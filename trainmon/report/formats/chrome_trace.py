@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from trainmon.metrics import DISK, GPU
+from trainmon.numbers import is_nan
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.schema import Report
 from trainmon.store.store import Store
@@ -91,7 +92,7 @@ def build_trace(store: Store, report: Report | None = None) -> dict[str, Any]:
         for name in _counter_names(store):
             series = store.series[name]
             for t, v in series:
-                if v == v:
+                if not is_nan(v):
                     events.append({"ph": "C", "name": name, "pid": HOST_PID, "ts": us(t), "args": {"value": v}})
     for entry in report["timeline"] if report is not None else []:
         events.append(
