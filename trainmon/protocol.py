@@ -354,9 +354,8 @@ def clean_info(info: dict[str, Any]) -> dict[str, Any]:
         clean["name"] = {"id": ident, "name": str(name.get("name"))[:200]}
     if _count(drops := info.get("drops")):
         clean["drops"] = drops
-    for key, size in (("device", 64), ("bye", 32)):
-        if isinstance(value := info.get(key), str):
-            clean[key] = value[:size]
+    if isinstance(bye := info.get("bye"), str):
+        clean["bye"] = bye[:32]
     return clean
 
 

@@ -146,8 +146,6 @@ class Run:
                 self.names[ident] = str(name.get("name"))[:200]
         if isinstance(drops := info.get("drops"), int):
             self.dropped_records = max(self.dropped_records, drops)
-        if isinstance(device := info.get("device"), str):
-            self.device = device[:64]
         if isinstance(bye := info.get("bye"), str):
             self.ended = bye[:32]
 
