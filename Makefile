@@ -22,8 +22,8 @@ demo: $(VENV)/.demo-installed
 	$(VENV)/bin/trainmon demo $(if $(SCENARIO),--scenario $(SCENARIO))
 
 lint: $(VENV)/.dev-installed
-	$(VENV)/bin/ruff check trainmon tests benchmarks scripts
-	$(VENV)/bin/ruff format --check trainmon tests benchmarks scripts
+	$(VENV)/bin/ruff check trainmon tests testsupport benchmarks scripts
+	$(VENV)/bin/ruff format --check trainmon tests testsupport benchmarks scripts
 	$(VENV)/bin/mypy trainmon
 	$(VENV)/bin/lint-imports
 

@@ -1,14 +1,13 @@
-"""Helpers shared by the benchmark scripts: result rows, /proc readings, child processes, side venvs.
+"""What only the benchmark scripts share: result rows, statistics, /proc readings, sleeping loads, side venvs.
 
-Every benchmark script prints its own table and, with ``--json FILE``, writes its rows for run_all.py.
+Every benchmark script prints its own table and, with ``--json FILE``, writes its rows for run_all.py. Child
+processes (environment, waiting, stopping) and the fake NVML come from testsupport, as for the tests.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -17,9 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testsupport.paths import ROOT
+from testsupport.procs import PY
+
 BENCH = ROOT / "benchmarks"
-PY = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -65,6 +65,12 @@ def print_rows(rows: Sequence[Row]) -> None:
             print(f"  · {r.figure}: {r.note}")
 
 
+def emit_rows(rows: Sequence[Row], json_path: str | None) -> None:
+    """What every benchmark ends with: its table printed, and its rows written for run_all.py when asked."""
+    print_rows(rows)
+    write_rows(json_path, rows)
+
+
 # ---------------------------------------------------------------- statistics
 
 
@@ -74,7 +80,7 @@ def median(xs: Iterable[float]) -> float:
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile (q in [0, 1])."""
+    """Nearest-rank quantile (q in [0, 1]); the rules interpolate instead (trainmon.diagnose.window.quantile)."""
     if not xs:
         return float("nan")
     s = sorted(xs)
@@ -206,67 +212,7 @@ def other_load(exclude: Iterable[int] = ()) -> str:
     return f"load {load:.2f} on {os.cpu_count()} CPUs" + (f"; busiest others: {', '.join(top)}" if top else "")
 
 
-# ---------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
-    """SIGCONT (a frozen child cannot die of SIGTERM), SIGTERM, then SIGKILL; always reaped."""
-    if proc is None or proc.poll() is not None:
-        if proc is not None:
-            proc.wait()
-        return
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        try:
-            proc.send_signal(sig)
-        except ProcessLookupError:
-            break
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def stop_all(procs: Iterable[subprocess.Popen | None], timeout: float = 10.0) -> None:
-    procs = [p for p in procs if p is not None]
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def wait_for_path(path: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with status {proc.returncode} before creating {path}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment for benchmark children: the checkout importable, no stray trainmon settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    env.update(extra)
-    return env
+# ---------------------------------------------------------------- sleeping loads
 
 
 SLEEPER = """

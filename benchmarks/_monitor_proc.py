@@ -5,7 +5,7 @@
 
 ``record`` mirrors ``trainmon.cli.commands.record`` (a Recorder as the Monitor's sink, quiet, stopped by SIGTERM) and
 ``tui`` mirrors ``commands.live`` (the Textual screen over a LiveFeed); the only differences are the NVML module, the
-fake of tests/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
+fake of testsupport/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
 samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
 writes what the monitor ingested (runs, steps, records, bytes) when it stops.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fake_pynvml import GIB, FakeNvml
+from testsupport.fake_pynvml import GIB, FakeNvml
 from trainmon.monitor import Monitor
 
 

@@ -33,19 +33,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
 import trainmon.agent as agent
-from benchmarks._common import (
-    PY,
-    Row,
-    add_json_arg,
-    child_env,
-    iqr,
-    median,
-    median_ci,
-    print_rows,
-    stop,
-    wait_for_path,
-    write_rows,
-)
+from benchmarks._common import Row, add_json_arg, emit_rows, iqr, median, median_ci
+from testsupport.procs import PY, child_env, force_stop, wait_for_path
 
 TARGET_NS = 1000.0
 STRETCH_NS = 700.0
@@ -268,7 +257,7 @@ def measure(pairs: int, steps: int) -> list[Row]:
         rows.append(step_row("per step, monitor frozen (SIGSTOP)", frozen, "the sender drops the oldest records"))
         rows[-1].anchor = floor_txt
     finally:
-        stop(rec)
+        force_stop(rec)
     return rows
 
 
@@ -278,9 +267,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200, help="training steps per block")
     add_json_arg(ap)
     args = ap.parse_args()
-    rows = measure(args.pairs, args.steps)
-    print_rows(rows)
-    write_rows(args.json, rows)
+    emit_rows(measure(args.pairs, args.steps), args.json)
     return 0
 
 

@@ -20,28 +20,17 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import cpu_seconds
+from testsupport.paths import ROOT
+from testsupport.procs import child_env, wait_for_path
+
 WARMUP_S = 8.0
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    fields = data[data.rfind(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def wait_for(path: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"monitor did not start: no {path}")
-        time.sleep(0.05)
-
-
 def start_training(addr: str, seconds: float) -> subprocess.Popen:
-    env = dict(os.environ, TRAINMON_ADDR=addr, PYTHONPATH=str(ROOT))
+    env = child_env(TRAINMON_ADDR=addr)
     cmd = [
         sys.executable,
         "-m",
@@ -78,7 +67,7 @@ def run_screen(seconds: float, cols: int, rows: int) -> float:
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), inner], check=True)
     try:
-        wait_for(addr)
+        wait_for_path(addr, 20.0)
         pid = int(
             subprocess.run(
                 ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], check=True, capture_output=True, text=True
@@ -106,17 +95,15 @@ def run_screen(seconds: float, cols: int, rows: int) -> float:
 def run_status_lines(seconds: float) -> float:
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     addr = os.path.join(tmp, "m.sock")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("TRAINMON_ADDR", None)
     mon = subprocess.Popen(
         [sys.executable, "-m", "trainmon", "--listen", addr],
-        env=env,
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
     )
     try:
-        wait_for(addr)
+        wait_for_path(addr, 20.0, mon)
         train = start_training(addr, seconds + WARMUP_S + 5)
         try:
             return measure(mon.pid, seconds)

@@ -1,5 +1,5 @@
 """Longer fuzzing than the test suite's: mutate valid wire streams and recordings for a while and feed
-them through the monitor's real decoding paths (the same drivers as tests/test_fuzz.py).
+them through the monitor's real decoding paths (the same drivers as tests/reliability/test_fuzz.py).
 
     python benchmarks/fuzz.py --seconds 300     # make fuzz
 
@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fuzz_strategies import WireHarness
+from testsupport.fuzz import WireHarness
+from testsupport.procs import proc_status
 from trainmon import protocol as P
 from trainmon.diagnose.engine import evaluate
 from trainmon.record import format as R
@@ -56,11 +57,7 @@ INTERESTING = [
 
 
 def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return proc_status(os.getpid())["rss_kb"] / 1024
 
 
 def _events(rng: random.Random, n: int) -> array:

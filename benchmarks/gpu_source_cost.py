@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.fake_pynvml import GIB, FakeNvml
+from testsupport.fake_pynvml import GIB, FakeNvml
 from trainmon.sources.gpu import GpuSource
 
 

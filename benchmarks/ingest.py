@@ -33,19 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    PY,
-    Row,
-    add_json_arg,
-    child_env,
-    other_load,
-    print_rows,
-    quantile,
-    stop,
-    stop_all,
-    wait_for_path,
-    write_rows,
-)
+from benchmarks._common import Row, add_json_arg, emit_rows, other_load, quantile
+from testsupport.procs import PY, child_env, force_stop, force_stop_all, wait_for_path
 from trainmon import protocol as P
 
 TARGET_RATE = 500_000
@@ -110,7 +99,7 @@ def throughput(clients: int, records: int, frame_records: int, recorder: bool, t
             t.join()
         server.wait(timeout=300)
     finally:
-        stop(server)
+        force_stop(server)
     return json.loads(Path(out).read_text())
 
 
@@ -232,7 +221,7 @@ def latency(agents: int, rate: float, seconds: float, warmup: float, tmp: str) -
         probe.started = False
         context = other_load([p.pid for p in procs])
     finally:
-        stop_all(procs)
+        force_stop_all(procs)
         monitor.stop()
         recorder.close()
     ms = sorted(x / 1e6 for x in probe.lat_ns)
@@ -300,9 +289,7 @@ def main() -> int:
     if args.serve:
         serve(args.serve, args.expect, args.out, args.record)
         return 0
-    rows = measure(args)
-    print_rows(rows)
-    write_rows(args.json, rows)
+    emit_rows(measure(args), args.json)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Load: 16 real agent processes (benchmarks/_agent_load.py: ``trainmon.agent`` with its sender, 1000 steps/s each
 plus a DataLoader-like wait record per step; ranks of one 16-rank job), 8 simulated GPUs (the fake NVML of
-tests/fake_pynvml.py) and 64 tracked sleeping processes (4 threads each, like DataLoader workers).
+testsupport/fake_pynvml.py) and 64 tracked sleeping processes (4 threads each, like DataLoader workers).
 
 Phase 1: ``trainmon record`` at 1 s (benchmarks/_monitor_proc.py, mirroring cmd_record) and, in the same window,
 ``glances --stdout cpu.total --time 1`` (installed only in benchmarks/.venv-glances).
@@ -33,21 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
     BENCH,
-    PY,
     Row,
     Usage,
     add_json_arg,
-    child_env,
+    emit_rows,
     other_load,
-    print_rows,
     side_venv,
     spawn_sleepers,
-    stop,
-    stop_all,
-    wait_for_path,
     watch,
-    write_rows,
 )
+from testsupport.procs import PY, child_env, force_stop, force_stop_all, wait_for_path
 
 GLANCES = "glances==4.5.8"
 MONITOR = str(BENCH / "_monitor_proc.py")
@@ -86,14 +81,14 @@ class Load:
             a.stdout.readline()
 
     def stop(self) -> list[dict]:
-        stop_all(self.agents)
+        force_stop_all(self.agents)
         out = []
         for a in self.agents:
             lines = [ln for ln in (a.stdout.read() if a.stdout else "").splitlines() if ln.startswith("{")]
             out += [json.loads(ln) for ln in lines]
         for p in self.sleepers:
             p.kill()
-        stop_all(self.sleepers)
+        force_stop_all(self.sleepers)
         return out
 
 
@@ -180,8 +175,8 @@ def phase_record(load: Load, args: argparse.Namespace) -> tuple[Usage, Usage, di
         watch(usages, args.window, every=min(10.0, args.window / 10), log_every=60 if args.window > 120 else 0)
         context = other_load([rec.pid, glances.pid, *(a.pid for a in load.agents), *(s.pid for s in load.sleepers)])
     finally:
-        stop(glances)
-        stop(rec, timeout=30)
+        force_stop(glances)
+        force_stop(rec, timeout=30)
     summary = json.loads(Path(summary_path).read_text()) if os.path.exists(summary_path) else {}
     summary["context"] = context
     return usages[0], usages[1], summary
@@ -336,9 +331,7 @@ def main() -> int:
     args = ap.parse_args()
     args.window = args.soak_minutes * 60 if args.soak_minutes else args.seconds
     args.phases = {p.strip() for p in args.phases.split(",")}
-    rows = measure(args)
-    print_rows(rows)
-    write_rows(args.json, rows)
+    emit_rows(measure(args), args.json)
     return 0
 
 

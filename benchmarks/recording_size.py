@@ -24,19 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    BENCH,
-    PY,
-    Row,
-    add_json_arg,
-    child_env,
-    print_rows,
-    spawn_sleepers,
-    stop,
-    stop_all,
-    wait_for_path,
-    write_rows,
-)
+from benchmarks._common import BENCH, Row, add_json_arg, emit_rows, spawn_sleepers
+from testsupport.procs import PY, child_env, force_stop, force_stop_all, wait_for_path
 from trainmon.record import format as F
 
 TARGET_MB_H = 20.0
@@ -97,11 +86,11 @@ def record(tmp: str, ranks: int, rate: float, seconds: float, warmup: float) -> 
         time.sleep(seconds)
         s1, t1 = os.path.getsize(out), time.monotonic()
     finally:
-        stop_all(agents)
-        stop(rec, timeout=30)
+        force_stop_all(agents)
+        force_stop(rec, timeout=30)
         for w in workers:
             w.kill()
-        stop_all(workers)
+        force_stop_all(workers)
     return out, (s1 - s0) / (t1 - t0), 0
 
 
@@ -159,9 +148,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=10.0, help="steps per second per rank (a 100 ms GPU step)")
     add_json_arg(ap)
     args = ap.parse_args()
-    rows = measure(args)
-    print_rows(rows)
-    write_rows(args.json, rows)
+    emit_rows(measure(args), args.json)
     return 0
 
 

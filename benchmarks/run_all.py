@@ -19,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BENCH, PY, ROOT, Row, format_table, other_load, read_rows, verdict
+from benchmarks._common import BENCH, Row, format_table, other_load, read_rows, verdict
+from testsupport.paths import ROOT
+from testsupport.procs import PY
 
 RESULTS = BENCH / "results.md"
 

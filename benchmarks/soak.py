@@ -3,7 +3,7 @@ read from /proc over time. Agents come and go (each lives ``--lifetime`` seconds
 takes its slot), the way jobs come and go under a monitor left running.
 
     python benchmarks/soak.py --seconds 1800          # make soak: 30 minutes
-    python benchmarks/soak.py --seconds 60 --json     # what tests/test_soak.py runs
+    python benchmarks/soak.py --seconds 60 --json     # what tests/reliability/test_soak.py runs
 
 Flat means: after warm-up, RSS stays within ``--rss-slack-mb`` of its warm-up level (and its trend
 over the second half is under 2 MiB per 10 minutes on long runs), descriptors never exceed the
@@ -25,16 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.reliability_helpers import proc_status  # the same /proc reading as the soak test's
-
-ROOT = Path(__file__).resolve().parent.parent
-TINY = str(ROOT / "tests" / "workloads" / "tiny_agent.py")
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+from benchmarks._common import slope_per_hour
+from testsupport.paths import TINY
+from testsupport.procs import child_env, proc_status, trainmon_cmd  # the same /proc reading as the soak test's
 
 
 class Crowd:
@@ -47,11 +40,10 @@ class Crowd:
 
     def _spawn(self, stagger_s: float) -> subprocess.Popen:
         steps = max(1, int((self.lifetime_s + stagger_s) / (self.step_ms / 1e3)))
-        env = dict(_env(), TRAINMON_ADDR=self.addr)
         self.started += 1
         return subprocess.Popen(
             [sys.executable, TINY, str(steps), str(self.step_ms), "0", "2"],
-            env=env,
+            env=child_env(TRAINMON_ADDR=self.addr),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -100,8 +92,8 @@ def soak(
     os.chmod(tmp, 0o700)
     addr, output = os.path.join(tmp, "m.sock"), os.path.join(tmp, "soak.tmrec")
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "trainmon", "record", "--output", output, "--listen", addr, "-q"],
-        env=_env(),
+        trainmon_cmd("record", "--output", output, "--listen", addr, "-q"),
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -146,11 +138,7 @@ def soak(
 def _slope_mb_per_10min(rows: list[dict]) -> float:
     if len(rows) < 3:
         return 0.0
-    ts = [r["t"] for r in rows]
-    ys = [r["rss_kb"] / 1024 for r in rows]
-    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-    var = sum((t - mt) ** 2 for t in ts)
-    return 600 * sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else 0.0
+    return slope_per_hour([r["t"] for r in rows], [r["rss_kb"] / 1024 for r in rows]) / 6
 
 
 def judge(

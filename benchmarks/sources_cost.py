@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -22,25 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import spawn_sleepers
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.procs import ProcSource
-
-CHILD = """
-import threading, time
-for _ in range({threads} - 1):
-    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
-print('ready', flush=True)
-time.sleep(3600)
-"""
-
-
-def spawn(threads: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(CHILD.format(threads=threads))], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    return proc
 
 
 def per_tick(fn: Callable[[float], dict], ticks: int, pause: float) -> tuple[list[float], list[float], int]:
@@ -100,7 +82,7 @@ def main() -> None:
     ap.add_argument("--sampler-seconds", type=float, default=5.0)
     args = ap.parse_args()
 
-    kids = [spawn(args.main_threads)] + [spawn(args.worker_threads) for _ in range(args.workers)]
+    kids = spawn_sleepers(1, args.main_threads) + spawn_sleepers(args.workers, args.worker_threads)
     tracked = {kids[0].pid: "main", **{k.pid: "worker" for k in kids[1:]}}
     nthreads = args.main_threads + args.workers * args.worker_threads
     try:

@@ -25,20 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    BENCH,
-    PY,
-    ROOT,
-    Row,
-    add_json_arg,
-    child_env,
-    free_port,
-    print_rows,
-    side_venv,
-    stop,
-    wait_for_path,
-    write_rows,
-)
+from benchmarks._common import BENCH, Row, add_json_arg, emit_rows, side_venv
+from testsupport.paths import ROOT
+from testsupport.procs import PY, child_env, force_stop, free_port, wait_for_path
 
 TRACEML = "traceml-ai==0.5.0"
 LOOP = str(BENCH / "_loop.py")
@@ -116,8 +105,8 @@ def measure(pairs: int, traceml_pairs: int, pair_steps: int) -> list[Row]:
         )
         base2 = run_loop(python, "none", tmp, common)
     finally:
-        stop(agg)
-        stop(rec)
+        force_stop(agg)
+        force_stop(rec)
     return rows_from(base1, base2, tm, tml)
 
 
@@ -161,9 +150,7 @@ def main() -> int:
     ap.add_argument("--pair-steps", type=int, default=10)
     add_json_arg(ap)
     args = ap.parse_args()
-    rows = measure(args.pairs, args.traceml_pairs, args.pair_steps)
-    print_rows(rows)
-    write_rows(args.json, rows)
+    emit_rows(measure(args.pairs, args.traceml_pairs, args.pair_steps), args.json)
     return 0
 
 

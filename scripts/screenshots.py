@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testsupport.browser import find_chromium, headless_flags  # noqa: E402
 from trainmon.demo.scenarios import SCENARIOS, command  # noqa: E402
 from trainmon.monitor import Monitor  # noqa: E402
 from trainmon.record import load_recording  # noqa: E402
@@ -164,7 +165,7 @@ def to_png(svg_path: Path, png_path: Path) -> bool:
         return True
     except ImportError:
         pass
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    chromium = find_chromium("google-chrome")
     if chromium is None:
         print("no cairosvg and no chromium: SVGs only (apt-get install chromium, or pip install cairosvg)")
         return False
@@ -175,15 +176,8 @@ def to_png(svg_path: Path, png_path: Path) -> bool:
         subprocess.run(
             [
                 chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
+                *headless_flags(f"{d}/profile"),
                 "--hide-scrollbars",
-                f"--user-data-dir={d}/profile",
                 f"--window-size={width},{height}",
                 f"--screenshot={png_path}",
                 page.as_uri(),

@@ -1,0 +1,46 @@
+"""The chart drawing functions as text: stacked bars, braille areas, heat strips, scales, glyph modes."""
+
+from __future__ import annotations
+
+from testsupport.tui import COLOR
+from trainmon.tui.charts import Layer, area, bars, heat, nice_top
+from trainmon.tui.theme import Glyphs, detect_mode
+
+# ---------------------------------------------------------------- chart widgets as text
+
+
+def test_stacked_bars_split_each_column_to_an_eighth():
+    rows = bars([[1.0, 2.0, 0.0], [1.0, 0.0, 4.0]], [Layer("wait"), Layer("compute")], 4.0, 2, COLOR)
+    assert ["".join(c[0] for c in row) for row in rows] == ["  █", "▄██"]
+    # column 0: the lower row is half wait (fg) on compute (bg); column 2: compute alone
+    assert rows[1][0] == ("▄", "wait", "compute") and rows[0][2] == ("█", "compute", None)
+    mono = bars([[3.0], [1.0]], [Layer("wait", "█", "#"), Layer("compute", "▒", "=")], 4.0, 4, Glyphs("block", False))
+    assert [r[0][0] for r in mono] == ["▒", "█", "█", "█"]
+    ascii_rows = bars(
+        [[3.0], [1.0]], [Layer("wait", "█", "#"), Layer("compute", "▒", "=")], 4.0, 4, Glyphs("ascii", True)
+    )
+    assert [r[0][0] for r in ascii_rows] == ["=", "#", "#", "#"]
+
+
+def test_braille_area_two_samples_per_cell_and_heat_strip():
+    rows = area([100.0, 50.0, 0.0, float("nan")], 100.0, 1, "rate", COLOR)
+    assert rows[0][0][0] == chr(0x2800 + 0x40 | 0x04 | 0x02 | 0x01 | 0x80 | 0x20)  # left full, right half
+    assert rows[0][1][0] == " "  # zero and missing: nothing drawn
+    assert heat([0.0, 50.0, 100.0], COLOR, 10) == " ▄█"
+    assert heat([0.0, 50.0, 100.0, 100.0], Glyphs("ascii", True), 2) == ":@"
+    assert nice_top([0.3, 37.0]) == 50 and nice_top([]) == 1.0 and nice_top([120.0]) == 200
+
+
+def test_glyph_mode_detection():
+    assert detect_mode({"LANG": "en_US.UTF-8", "TERM": "xterm-256color"}) == "braille"
+    assert detect_mode({"LANG": "C", "TERM": "xterm"}) == "ascii"
+    assert detect_mode({"LC_ALL": "en_US.UTF-8", "LANG": "C"}) == "braille"
+    assert detect_mode({"TERM": "linux"}) == "ascii"
+    assert detect_mode({"TRAINMON_GLYPHS": "block", "LANG": "C"}) == "block"
+    assert detect_mode({}) == "braille"
+
+
+def test_chart_scale_is_not_pushed_up_by_float_noise():
+    assert nice_top([0.05 * 1e3 + 1e-11]) == 50  # a 50 ms step, summed in floats
+    assert nice_top([50.5]) == 100
+    assert nice_top([0.2], floor=1.0) == 1

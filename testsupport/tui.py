@@ -1,0 +1,51 @@
+"""Driving the Textual app in tests: async tests without pytest-asyncio, an app over a replayed store, waiting
+for the frames a key asked for."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+from testsupport.stores import replay_at_end, timeline_store
+from trainmon.tui import Job, TrainmonApp
+from trainmon.tui.theme import Glyphs
+
+COLOR = Glyphs("braille", True)
+
+
+def aio(fn):
+    """Run an async test on its own event loop (no pytest-asyncio in this project)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def make_app(
+    feed=None, *, glyphs: Glyphs = COLOR, job: Job | None = None, threaded: bool = False, store=None
+) -> TrainmonApp:
+    """The app over ``feed``, or over a replay (at its end) of ``store`` or of a two-minute timeline store."""
+    feed = feed or replay_at_end(store or timeline_store(120.0, switch_at=60.0))
+    return TrainmonApp(feed, glyphs=glyphs, job=job, watchdog=False, threaded=threaded)
+
+
+async def settle(pilot, app: TrainmonApp, timeout: float = 5.0) -> None:
+    """Let the frames a key asked for arrive (they come as messages), and the first frame at all."""
+    await until(pilot, lambda: app.frame is not None, timeout)
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def until(pilot, condition, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        await pilot.pause(0.02)
+    return condition()
+
+
+def text(widget) -> str:
+    """A widget's lines as the terminal shows them."""
+    return "\n".join(widget.text_lines())
