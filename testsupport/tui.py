@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from testsupport.stores import replay_at_end, timeline_store
 from trainmon.tui import Job, TrainmonApp
@@ -14,11 +16,11 @@ from trainmon.tui.theme import Glyphs
 COLOR = Glyphs("braille", True)
 
 
-def aio(fn):
+def aio(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """Run an async test on its own event loop (no pytest-asyncio in this project)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> None:
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
@@ -39,7 +41,8 @@ async def settle(pilot, app: TrainmonApp, timeout: float = 5.0) -> None:
     await pilot.pause()
 
 
-async def until(pilot, condition, timeout: float = 5.0) -> bool:
+async def until(pilot, condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Let the app run until ``condition`` holds or ``timeout`` passes; returns its last answer."""
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         await pilot.pause(0.02)
