@@ -28,7 +28,7 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.lineno, node.module))
-            # ``from tests import fake`` imports a module of tests as surely as ``import tests.fake``
+            # importing a name from a package can import its submodule of that name: count both
             found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return found
 
