@@ -8,6 +8,7 @@ an idle launcher. Both are built from ``uniform_store``; their reports are under
 from __future__ import annotations
 
 from testsupport.stores import uniform_store, worker_figs
+from trainmon.metrics import gpu_mask
 from trainmon.store.store import Store
 
 
@@ -43,19 +44,28 @@ def gpu_host(n: int = 2, util: float = 30.0, throttle: float = 4.0) -> dict[str,
 
 
 def gpu_ranks_store() -> Store:
-    """Rank 0 waits on data (busy, CPU-starved workers), rank 1 loads in its main process; two GPUs in the meta
-    (and a value JSON cannot hold, which the JSON report writes as a string)."""
+    """Rank 0 waits on data (busy, CPU-starved workers), rank 1 loads in its main process; each rank on its own
+    GPU (NVML's per-process list); two GPUs in the meta (and a value JSON cannot hold, which the JSON report writes
+    as a string)."""
     store = uniform_store(
         wait_ms=30,
         step_ms=50,
         steps=400,
         host=gpu_host(),
-        procs=worker_figs(95.0, runq=40.0),
+        procs=worker_figs(95.0, runq=40.0) | {10: {"gpu_mask": gpu_mask([0])}},
         checkpoints=[(2000.0, 2600.0), (9000.0, 9400.0)],
         hello={"rank": 0, "name": "t|rain.py", "world_size": 2},
     )
     uniform_store(
-        wait_ms=2, step_ms=70, steps=300, store=store, pid=11, run_id=2, hello={"rank": 1, "world_size": 2}, workers=0
+        wait_ms=2,
+        step_ms=70,
+        steps=300,
+        store=store,
+        pid=11,
+        run_id=2,
+        hello={"rank": 1, "world_size": 2},
+        workers=0,
+        procs={11: {"gpu_mask": gpu_mask([1])}},
     )
     store.meta(0.0, {"gpus": [{"name": "A100", "uuid": "GPU-1"}, {"name": "A100", "uuid": "GPU-2"}], "x": {1, 2}})
     return store

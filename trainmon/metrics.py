@@ -172,11 +172,25 @@ THROTTLE_REASONS: Final = (
     ThrottleReason(0x100, "display_clocks", "display clocks", "display clocks", False),
 )
 LIMITING_THROTTLE: Final = sum(r.bit for r in THROTTLE_REASONS if r.limiting)
+# An A100/H100 at full load sits at its power limit as a matter of course: the power-cap bit alone means "running
+# at the limit". It holds the GPU back only when the SM clock is clearly below its maximum.
+SW_POWER_CAP: Final = 0x4
 
 
 def limiting_reasons(mask: int) -> list[ThrottleReason]:
     """The reasons in ``mask`` that hold the GPU back, in bit order."""
     return [r for r in THROTTLE_REASONS if r.limiting and mask & r.bit]
+
+
+def gpu_mask(indices: Iterable[int]) -> float:
+    """GPU indices as the float bitmask a series holds (exact for indices below 53)."""
+    return float(sum(1 << i for i in set(indices) if 0 <= i < 53))
+
+
+def mask_indices(mask: float) -> list[int]:
+    """The GPU indices in a bitmask series value."""
+    bits = int(mask) if mask == mask and mask >= 0 else 0
+    return [i for i in range(bits.bit_length()) if bits >> i & 1]
 
 
 # ---------------------------------------------------------------- disks (iostat -x from /proc/diskstats)
@@ -228,6 +242,7 @@ PROC = Family(
         "runq_wait_ms_s": Field("ms/s", "time runnable but waiting for a core"),
         "gpu_mem_mb": Field("MiB", "GPU memory held (NVML, summed over GPUs)"),
         "gpu_sm_pct": _pct("SM share of the process's GPU (NVML)"),
+        "gpu_mask": Field("bitmask", "the GPUs the process holds memory on (bit i: NVML index i)"),
     },
 )
 # /proc/<pid>/io counters → the PROC fields their rates go to.

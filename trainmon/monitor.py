@@ -19,7 +19,7 @@ from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
 from trainmon.labels import run_label, status_run_part, status_text
-from trainmon.metrics import PROC
+from trainmon.metrics import PROC, gpu_mask
 from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.disk import DiskSource
@@ -235,6 +235,7 @@ class Monitor:
                     if pid in tracked:
                         values[PROC.key(pid, "gpu_mem_mb")] = float(usage.get("mem_mb", math.nan))
                         values[PROC.key(pid, "gpu_sm_pct")] = float(usage.get("sm_pct", math.nan))
+                        values[PROC.key(pid, "gpu_mask")] = gpu_mask(usage.get("gpus") or [usage.get("gpu", -1)])
             except Exception:
                 log.debug("GPU process usage failed", exc_info=True)
         return values

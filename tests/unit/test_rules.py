@@ -109,7 +109,9 @@ def test_gpu_memory_pressure_and_throttling():
         "gpu.0.util": 97.0,
         "gpu.0.mem_used_mb": 79000.0,
         "gpu.0.mem_total_mb": 80000.0,
-        "gpu.0.throttle": float(0x4),
+        "gpu.0.throttle": float(0x4),  # the power cap, with the SM clock held well below its maximum
+        "gpu.0.sm_clock_mhz": 1200.0,
+        "gpu.0.sm_clock_max_mhz": 1980.0,
     }
     c = codes(uniform_store(wait_ms=1, host=gpu), 10.0)
     assert c[:2] == ["memory.gpu_pressure", "gpu.throttled"] and "ok.compute_bound" in c

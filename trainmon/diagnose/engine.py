@@ -49,7 +49,7 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
             # Host and process figures over the span the steps cover, not after the run stopped.
             span_end = t if is_nan(w.last_end) else min(t, w.last_end)
             run_host = host_window(store, w.t0, span_end)
-            ev = gather(store, run, w.t0, span_end)
+            ev = gather(store, run, w.t0, span_end, th.throttle_power_cap_clock)
             inp = rules.input_bound(w, run_host, ev, th)
             input_by_run[id(w)] = inp
             for f in (

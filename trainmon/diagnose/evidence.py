@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from trainmon.diagnose.window import mean
-from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC
+from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC, SW_POWER_CAP, mask_indices
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.store import Store
@@ -42,7 +42,10 @@ class Evidence:
     gpu_mem_pct: float = NAN
     gpu_throttle_share: float = NAN
     gpu_throttle_bits: int = 0
-    gpu_pcie_rx_mb_s: float = NAN
+    gpu_pcie_rx_mb_s: float = NAN  # the busiest of the run's GPUs
+    gpu_temp_c: float = NAN  # the hottest of the run's GPUs
+    gpu_sm_clock_mhz: float = NAN
+    gpu_sm_clock_max_mhz: float = NAN
     gpus: list[int] = field(default_factory=list)
 
     @property
@@ -79,7 +82,42 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
     )
 
 
-def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
+def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
+    """The GPUs a run trains on: those NVML lists its main process on (``proc.<pid>.gpu_mask``). Without that
+    list for the run, the host's only GPU; on a host with several, none rather than every one of them."""
+    mask = store.latest(PROC.key(run.pid, "gpu_mask"))
+    own = sorted(set(mask_indices(mask)) & set(gpus)) if mask is not None else []
+    if own:
+        return own
+    return gpus if len(gpus) == 1 else []
+
+
+def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_clock: float) -> list[int]:
+    """Per throttle sample of ``gpu`` in the window: the reasons that held it back (0 when none did).
+
+    The power-cap bit counts only when the SM clock sampled at the same tick is below ``power_cap_clock`` of its
+    maximum; with no clock to compare, it does not count."""
+    throttle = store.series.get(GPU.key(gpu, "throttle"))
+    if throttle is None:
+        return []
+    times, masks = throttle.between(t0, t1)
+    clock_series = store.series.get(GPU.key(gpu, "sm_clock_mhz"))
+    clocks = dict(zip(*clock_series.between(t0, t1), strict=True)) if clock_series is not None else {}
+    clock_max = store.latest(GPU.key(gpu, "sm_clock_max_mhz"))
+    out = []
+    for t, m in zip(times, masks, strict=True):
+        if is_nan(m):
+            continue
+        bits = int(m) & LIMITING_THROTTLE
+        if bits & SW_POWER_CAP:
+            clock = clocks.get(t, NAN)
+            if clock_max is None or is_nan(clock_max) or is_nan(clock) or clock >= power_cap_clock * clock_max:
+                bits &= ~SW_POWER_CAP
+        out.append(bits)
+    return out
+
+
+def gather(store: Store, run: Run, t0: float, t1: float, power_cap_clock: float = 0.85) -> Evidence:
     ev = Evidence(proc_evidence(store, run.pid, t0, t1))
     ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
     index = store.index()
@@ -89,8 +127,7 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
             ev.disk_util_max = util
             ev.disk_busiest = disk
             ev.disk_await_max = mean(store.values_between(DISK.key(disk, "r_await_ms"), t0, t1))
-    gpus = index.int_ids(GPU, "util")
-    used = [g for g in gpus if PROC.key(run.pid, "gpu_mem_mb") in store.series] or gpus
+    used = run_gpus(store, run, index.int_ids(GPU, "util"))
     ev.gpus = used
     if used:
 
@@ -101,11 +138,14 @@ def gather(store: Store, run: Run, t0: float, t1: float) -> Evidence:
         ev.gpu_util_min = mean(gpu_mean(g, "util_min") for g in used)
         mem = [gpu_mean(g, "mem_used_mb") / (store.latest(GPU.key(g, "mem_total_mb")) or NAN) * 100 for g in used]
         ev.gpu_mem_pct = max(known(mem), default=NAN)
-        ev.gpu_pcie_rx_mb_s = sum(x for g in used if (x := gpu_mean(g, "pcie_rx_mb_s")) == x)
-        masks = [v for g in used for v in known(store.values_between(GPU.key(g, "throttle"), t0, t1))]
-        if masks:
-            limited = [int(v) & LIMITING_THROTTLE for v in masks]
-            ev.gpu_throttle_share = sum(1 for v in limited if v) / len(limited)
-            for v in limited:
-                ev.gpu_throttle_bits |= v
+        # Per GPU, never summed: each GPU has its own PCIe link.
+        ev.gpu_pcie_rx_mb_s = max(known(gpu_mean(g, "pcie_rx_mb_s") for g in used), default=NAN)
+        ev.gpu_temp_c = max(known(gpu_mean(g, "temp_c") for g in used), default=NAN)
+        ev.gpu_sm_clock_mhz = mean(gpu_mean(g, "sm_clock_mhz") for g in used)
+        ev.gpu_sm_clock_max_mhz = mean(store.latest(GPU.key(g, "sm_clock_max_mhz")) or NAN for g in used)
+        limited = [bits for g in used for bits in _limiting_samples(store, g, t0, t1, power_cap_clock)]
+        if limited:
+            ev.gpu_throttle_share = sum(1 for bits in limited if bits) / len(limited)
+            for bits in limited:
+                ev.gpu_throttle_bits |= bits
     return ev

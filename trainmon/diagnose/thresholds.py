@@ -35,6 +35,7 @@ class Thresholds:
     host_overhead_main_cpu: float = 85.0
     gpu_mem_pct: float = 95.0
     throttle_share: float = 0.5
+    throttle_power_cap_clock: float = 0.85  # a power cap throttles only with the SM clock below this share of max
     host_mem_pct: float = 95.0
     swap_growth_mb: float = 64.0
     straggler_wait_gap: float = 0.10  # a rank waits this share of the step more than the others

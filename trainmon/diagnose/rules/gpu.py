@@ -30,15 +30,29 @@ def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     if is_nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
         return None
     reasons = [r.long for r in limiting_reasons(ev.gpu_throttle_bits)]
+    state = []
+    if not is_nan(ev.gpu_sm_clock_mhz) and not is_nan(ev.gpu_sm_clock_max_mhz):
+        state.append(f"SM clock {ev.gpu_sm_clock_mhz:.0f} of {ev.gpu_sm_clock_max_mhz:.0f} MHz")
+    if not is_nan(ev.gpu_temp_c):
+        state.append(f"{ev.gpu_temp_c:.0f} °C")
     return Finding(
         "gpu.throttled",
         "warning",
-        f"GPU clocks held down {ev.gpu_throttle_share:.0%} of the time ({', '.join(reasons)})",
+        f"GPU clocks held down {ev.gpu_throttle_share:.0%} of the time ({', '.join(reasons)})"
+        + (f": {', '.join(state)}" if state else ""),
         [
             "check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
             "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum",
         ],
-        {"run": w.run.label, "throttle_share": rounded(ev.gpu_throttle_share, 3), "reasons": reasons, "gpus": ev.gpus},
+        {
+            "run": w.run.label,
+            "throttle_share": rounded(ev.gpu_throttle_share, 3),
+            "reasons": reasons,
+            "gpus": ev.gpus,
+            "sm_clock_mhz": rounded(ev.gpu_sm_clock_mhz, 0),
+            "sm_clock_max_mhz": rounded(ev.gpu_sm_clock_max_mhz, 0),
+            "temp_c": rounded(ev.gpu_temp_c, 0),
+        },
     )
 
 
