@@ -102,3 +102,21 @@ def test_thermal_and_hardware_slowdown_always_count():
 
 def test_the_monitor_writes_each_process_gpus_as_a_mask():
     assert PROC.parse(PROC.key(4242, "gpu_mask")) == ("4242", "gpu_mask")
+
+
+def test_the_monitor_records_which_gpus_each_tracked_process_holds():
+    from testsupport.fake_pynvml import GIB, FakeNvml
+    from trainmon.monitor import Monitor
+
+    nvml = FakeNvml(4)
+    nvml.devices[1].processes = [(4242, GIB)]
+    nvml.devices[3].processes = [(4242, 2 * GIB), (999, GIB)]  # 999: not part of the training
+    monitor = Monitor(listen=False, nvml_module=nvml)
+    try:
+        monitor.track(4242, "main")
+        values = monitor.sample_sources(1.0)
+    finally:
+        monitor.stop()
+    assert mask_indices(values[PROC.key(4242, "gpu_mask")]) == [1, 3]
+    assert values[PROC.key(4242, "gpu_mem_mb")] == 3 * 1024
+    assert PROC.key(999, "gpu_mask") not in values
