@@ -59,6 +59,9 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
                 rules.host_overhead(w, ev, th),
                 rules.gpu_memory(w, ev, th),
                 rules.gpu_throttled(w, ev, th),
+                rules.host_sync(w, ev, th),
+                rules.small_work(w, ev, th),
+                rules.no_tensor_cores(w, ev, th),
                 rules.compute_bound(w, ev, th),
             ):
                 if f is not None:

@@ -46,6 +46,8 @@ class Evidence:
     gpu_temp_c: float = NAN  # the hottest of the run's GPUs
     gpu_sm_clock_mhz: float = NAN
     gpu_sm_clock_max_mhz: float = NAN
+    gpu_sm_active: float = NAN  # GPM (Hopper and newer): share of time the SMs had work, %
+    gpu_tensor_active: float = NAN  # GPM: share of time the tensor pipes were busy, %
     gpus: list[int] = field(default_factory=list)
 
     @property
@@ -143,6 +145,8 @@ def gather(store: Store, run: Run, t0: float, t1: float, power_cap_clock: float 
         ev.gpu_temp_c = max(known(gpu_mean(g, "temp_c") for g in used), default=NAN)
         ev.gpu_sm_clock_mhz = mean(gpu_mean(g, "sm_clock_mhz") for g in used)
         ev.gpu_sm_clock_max_mhz = mean(store.latest(GPU.key(g, "sm_clock_max_mhz")) or NAN for g in used)
+        ev.gpu_sm_active = mean(gpu_mean(g, "gpm.sm_active") for g in used)
+        ev.gpu_tensor_active = mean(gpu_mean(g, "gpm.tensor_active") for g in used)
         limited = [bits for g in used for bits in _limiting_samples(store, g, t0, t1, power_cap_clock)]
         if limited:
             ev.gpu_throttle_share = sum(1 for bits in limited if bits) / len(limited)

@@ -34,6 +34,10 @@ class Thresholds:
     h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
     host_overhead_main_cpu: float = 85.0
     gpu_mem_pct: float = 95.0
+    gpu_busy_pct: float = 50.0  # below this the GPU is not the limit (PyTorch Profiler plugin flags < 50 %)
+    gpu_drained_pct: float = 5.0  # the lowest sub-second utilisation sample at or under this: the GPU drained
+    sm_active_low_pct: float = 30.0  # GPM SM activity under this while NVML says busy: small work
+    tensor_idle_pct: float = 1.0  # GPM tensor activity under this with the SMs active: no tensor cores used
     throttle_share: float = 0.5
     throttle_power_cap_clock: float = 0.85  # a power cap throttles only with the SM clock below this share of max
     host_mem_pct: float = 95.0

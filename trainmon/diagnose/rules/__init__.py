@@ -5,7 +5,14 @@ The engine (trainmon.diagnose.engine) calls each one; docs/architecture.md says 
 
 from trainmon.diagnose.rules.common import base_evidence, insufficient
 from trainmon.diagnose.rules.dist import straggler
-from trainmon.diagnose.rules.gpu import compute_bound, gpu_memory, gpu_throttled
+from trainmon.diagnose.rules.gpu import (
+    compute_bound,
+    gpu_memory,
+    gpu_throttled,
+    host_sync,
+    no_tensor_cores,
+    small_work,
+)
 from trainmon.diagnose.rules.host import host_memory, host_overhead
 from trainmon.diagnose.rules.input import host_to_device, input_bound
 from trainmon.diagnose.rules.stalls import checkpoint_stall, periodic_stall
@@ -20,9 +27,12 @@ __all__ = [
     "gpu_throttled",
     "host_memory",
     "host_overhead",
+    "host_sync",
     "host_to_device",
     "input_bound",
     "insufficient",
+    "no_tensor_cores",
     "periodic_stall",
+    "small_work",
     "straggler",
 ]

@@ -56,9 +56,18 @@ def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
+def gpu_is_the_limit(ev: Evidence, th: Thresholds) -> bool:
+    """With GPU figures: the run's GPUs are busy, and (where GPM tells) their SMs really have work."""
+    if is_nan(ev.gpu_util):
+        return True  # no GPU figures: the compute is the limit as far as anyone can tell
+    if ev.gpu_util < th.gpu_busy_pct:
+        return False
+    return is_nan(ev.gpu_sm_active) or ev.gpu_sm_active >= th.sm_active_low_pct
+
+
 def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     f = w.starving_fraction
-    if is_nan(f) or f > th.wait_warning:
+    if is_nan(f) or f > th.wait_warning or not gpu_is_the_limit(ev, th):
         return None
     sps = w.samples_per_s
     rate = f", {sps:.0f} samples/s" if not is_nan(sps) else ""
@@ -72,4 +81,63 @@ def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
-# ---------------------------------------------------------------- distributed
+def host_sync(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    """The GPU is mostly idle, the loop does not wait on data, and the GPU drains to zero within every tick:
+    the host waits on the device each step (.item(), .cpu(), printing tensors, synchronize)."""
+    f = w.starving_fraction
+    if is_nan(f) or f > th.wait_warning or is_nan(ev.gpu_util) or is_nan(ev.gpu_util_min):
+        return None
+    if ev.gpu_util >= th.gpu_busy_pct or ev.gpu_util_min > th.gpu_drained_pct:
+        return None
+    return Finding(
+        "host.sync",
+        "critical" if ev.gpu_util < th.gpu_busy_pct / 2 else "warning",
+        f"the GPU is only {ev.gpu_util:.0f}% busy and drains to {ev.gpu_util_min:.0f}% within each second while "
+        f"the loop waits on data {f:.1%} of the step: the host waits on the GPU every step",
+        [
+            "take .item(), .cpu(), .tolist() and print(tensor) out of the step: log every N steps",
+            "keep running metrics on the device (sum into a GPU tensor, read it once per log interval)",
+            "copy to the host with non_blocking=True into pinned memory; drop explicit torch.cuda.synchronize()",
+        ],
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "gpu_util_min_pct": rounded(ev.gpu_util_min, 1)},
+    )
+
+
+def small_work(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    """NVML counts a GPU busy while any kernel runs; GPM's SM activity says how much of the GPU the kernels use."""
+    if is_nan(ev.gpu_util) or is_nan(ev.gpu_sm_active):
+        return None
+    if ev.gpu_util < th.gpu_busy_pct or ev.gpu_sm_active >= th.sm_active_low_pct:
+        return None
+    return Finding(
+        "gpu.small_work",
+        "warning",
+        f"the GPU reports {ev.gpu_util:.0f}% busy but its SMs have work only {ev.gpu_sm_active:.0f}% of the time: "
+        "the kernels are too small to fill it",
+        [
+            "raise the batch size (scale the learning rate with it)",
+            "cut launch overhead: torch.compile, CUDA Graphs (torch.cuda.graphs / mode='reduce-overhead')",
+            "fuse small ops; avoid per-sample Python loops over tensors",
+        ],
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "sm_active_pct": rounded(ev.gpu_sm_active, 1)},
+    )
+
+
+def no_tensor_cores(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+    """GPM exists on Hopper and newer, which all have tensor cores: SMs busy with the tensor pipes idle is fp32."""
+    if is_nan(ev.gpu_sm_active) or is_nan(ev.gpu_tensor_active):
+        return None
+    if ev.gpu_sm_active < th.sm_active_low_pct or ev.gpu_tensor_active >= th.tensor_idle_pct:
+        return None
+    return Finding(
+        "gpu.no_tensor_cores",
+        "warning",
+        f"SMs active {ev.gpu_sm_active:.0f}% of the time, tensor pipes {ev.gpu_tensor_active:.1f}%: the math runs "
+        "without tensor cores",
+        [
+            "train in bf16 with torch.autocast(device_type='cuda', dtype=torch.bfloat16)",
+            "or allow TF32: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True",
+        ],
+        base_evidence(w)
+        | {"sm_active_pct": rounded(ev.gpu_sm_active, 1), "tensor_active_pct": rounded(ev.gpu_tensor_active, 1)},
+    )

@@ -20,6 +20,9 @@ CODE_COLORS = {
     "memory.host_pressure": "#4e342e",
     "memory.gpu_pressure": "#4e342e",
     "host.overhead": "#283593",
+    "host.sync": "#3949ab",
+    "gpu.small_work": "#e65100",
+    "gpu.no_tensor_cores": "#f57f17",
 }
 INPUT_COLOR = "#c62828"
 
