@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainmon.diagnose.engine import VerdictTracker, evaluate
+from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.window import run_window
 from trainmon.labels import run_label, status_run_part, status_text
-from trainmon.metrics import PROC, gpu_mask
+from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.disk import DiskSource
@@ -77,6 +78,7 @@ class RunStatus:
     samples_per_s: float
     step_p50_ms: float
     dropped_records: int
+    gpus: list[int] = field(default_factory=list)  # the run's own GPUs (NVML indices), where known
 
 
 @dataclass
@@ -243,6 +245,7 @@ class Monitor:
     def run_statuses(self, t: float, rate_window_s: float = 5.0) -> list[RunStatus]:
         out = []
         with self.store.lock:
+            gpus = self.store.index().int_ids(GPU, "util")
             for run in self.store.runs.values():
                 w = run_window(run, t - self.thresholds.window_s, t, min_steps=self.thresholds.window_steps)
                 i, j = run.steps.index_range(t - rate_window_s, t)
@@ -261,6 +264,7 @@ class Monitor:
                         w.samples_per_s,
                         math.nan if is_nan(w.step_p50_s) else w.step_p50_s * 1e3,
                         run.dropped_records,
+                        run_gpus(self.store, run, gpus),
                     )
                 )
         return out

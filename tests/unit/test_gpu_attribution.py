@@ -120,3 +120,23 @@ def test_the_monitor_records_which_gpus_each_tracked_process_holds():
     assert mask_indices(values[PROC.key(4242, "gpu_mask")]) == [1, 3]
     assert values[PROC.key(4242, "gpu_mem_mb")] == 3 * 1024
     assert PROC.key(999, "gpu_mask") not in values
+
+
+def test_report_runs_and_prometheus_name_each_runs_own_gpus():
+    from types import SimpleNamespace
+
+    from trainmon.export.prometheus import MonitorCollector
+    from trainmon.monitor import Monitor
+    from trainmon.report import build_report
+
+    store = two_ranks_on_eight_gpus()
+    assert [(r["rank"], r["gpus"]) for r in build_report(store)["runs"]] == [(0, [2]), (1, [5])]
+
+    monitor = Monitor(listen=False, sources=[])
+    monitor.store = store
+    statuses = monitor.run_statuses(10.0)
+    collector = MonitorCollector(
+        SimpleNamespace(store=store, last_snapshot=SimpleNamespace(runs=statuses, verdict=None))
+    )
+    (family,) = [f for f in collector.collect() if f.name == "trainmon_run_gpu"]
+    assert sorted((s.labels["rank"], s.labels["gpu"]) for s in family.samples) == [("0", "2"), ("1", "5")]

@@ -113,6 +113,11 @@ class MonitorCollector:
             "trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", labels=labels
         )
         up = GaugeMetricFamily("trainmon_run_connected", "1 while the run's agent is connected", labels=labels)
+        on_gpu = GaugeMetricFamily(
+            "trainmon_run_gpu",
+            "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)",
+            labels=[*labels, "gpu"],
+        )
         for r in snap.runs:
             lv = [self.host, "" if r.rank is None else str(r.rank), str(r.pid), r.name]
             if _ok(r.step_p50_ms):
@@ -125,7 +130,9 @@ class MonitorCollector:
             steps.add_metric(lv, r.steps)
             drops.add_metric(lv, r.dropped_records)
             up.add_metric(lv, 1.0 if r.connected else 0.0)
-        yield from (step, wait, sps, rate, steps, drops, up)
+            for g in r.gpus:
+                on_gpu.add_metric([*lv, str(g)], 1.0)
+        yield from (step, wait, sps, rate, steps, drops, up, on_gpu)
 
     def _verdict(self) -> Iterator[Any]:
         snap = self.monitor.last_snapshot

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.rules import Thresholds
+from trainmon.metrics import GPU
 from trainmon.report.runs import run_summary
 from trainmon.report.schema import IdleProcess, Report, RunRow
 from trainmon.report.series import series_section
@@ -29,6 +31,7 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
                 **run_summary(r),
                 "processes": process_figures(store, r),
                 "pyspy_data_wait_share": pyspy_wait_share(store, r.pid),
+                "gpus": run_gpus(store, r, store.index().int_ids(GPU, "util")),
             }
             for r in runs
         ]

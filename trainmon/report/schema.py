@@ -75,6 +75,7 @@ class RunRow(RunSummary):
 
     processes: ProcessFigures
     pyspy_data_wait_share: float | None
+    gpus: list[int]  # the NVML indices of the run's own GPUs (none known: empty)
 
 
 class FindingDict(TypedDict):
