@@ -140,3 +140,10 @@ def test_report_runs_and_prometheus_name_each_runs_own_gpus():
     )
     (family,) = [f for f in collector.collect() if f.name == "trainmon_run_gpu"]
     assert sorted((s.labels["rank"], s.labels["gpu"]) for s in family.samples) == [("0", "2"), ("1", "5")]
+
+
+def test_a_cpu_run_beside_a_gpu_job_gets_no_gpu():
+    host = gpu_host(1, busy={0: 90.0})
+    store = uniform_store(host=host, procs={77: {"gpu_mask": gpu_mask([0])}}, workers=0)  # pid 77: another job
+    run = next(iter(store.runs.values()))
+    assert run_gpus(store, run, [0]) == []

@@ -85,11 +85,13 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
 
 
 def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
-    """The GPUs a run trains on: those NVML lists its main process on (``proc.<pid>.gpu_mask``). Without that
-    list for the run, the host's only GPU; on a host with several, none rather than every one of them."""
+    """The GPUs a run trains on: those NVML lists its main process on (``proc.<pid>.gpu_mask``).
+
+    When NVML lists other processes but not this one, the run holds no GPU. When it lists none of ours (no
+    per-process figures, or pids of another namespace), the host's only GPU; with several, none rather than all."""
     mask = store.latest(PROC.key(run.pid, "gpu_mask"))
     own = sorted(set(mask_indices(mask)) & set(gpus)) if mask is not None else []
-    if own:
+    if own or store.index().ids(PROC, "gpu_mask"):
         return own
     return gpus if len(gpus) == 1 else []
 
