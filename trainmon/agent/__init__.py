@@ -53,6 +53,7 @@ class _Agent:
         )
         self.registry = Registry(self.sender.add_control)
         self.hooks = TorchHooks(self.registry)
+        self.sender.on_tick = self.hooks.poll_cuda
 
     def start(self) -> None:
         try:
@@ -222,7 +223,11 @@ def stats() -> dict[str, int]:
     if agent is None:
         return {"sent_records": 0, "dropped_records": 0, "connections": 0}
     s = agent.sender
-    return {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
+    out = {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
+    probe = agent.hooks.probe
+    if probe is not None:  # CUDA: exposed GPU idle pairs measured, skipped (pool exhausted, graph capture)
+        out.update(probe.stats())
+    return out
 
 
 def _after_fork_in_child() -> None:
@@ -233,6 +238,7 @@ def _after_fork_in_child() -> None:
     _hot.reset_buffer()
     if agent is not None:
         try:
+            agent.hooks.lock = threading.Lock()  # the sender thread may have held it at the fork
             agent.hooks.uninstall()
         except Exception:
             pass

@@ -56,6 +56,38 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return __next__
 
 
+def wrap_next_cuda(orig: Callable[[Any], Any], probe: Any) -> Callable[[Any], Any]:
+    """``__next__`` once the job has initialised CUDA: the wait as above, plus a CUDA event pair around it
+    (``_cuda.ExposedProbe``) that tells how much of the wait left the GPU idle. Installed in place of
+    ``wrap_next``'s wrapper, so CPU-only jobs never take this path or a branch for it."""
+    begin, end, drop = probe.begin, probe.end, probe.drop
+
+    def __next__(self: Any) -> Any:
+        t0 = _pc()
+        pair = begin()
+        try:
+            batch = orig(self)
+        except StopIteration:
+            _buf.frombytes(_rec(self._trainmon_tag + 1, t0, _pc(), 0))
+            if pair is not None:
+                drop(pair)
+            raise
+        except BaseException:
+            if pair is not None:
+                drop(pair)
+            raise
+        t1 = _pc()
+        tag = self._trainmon_tag
+        _buf.frombytes(_rec(tag, t0, t1, 0))
+        if pair is not None:
+            end(pair, tag, t0, t1)
+        return batch
+
+    __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
+    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+    return __next__
+
+
 def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     t = _pc()
     _buf.frombytes(_rec(K_OPT, t, t, 0))

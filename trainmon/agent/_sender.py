@@ -87,8 +87,10 @@ class Sender:
         hello: dict[str, Any],
         token: str | None = None,
         hello_extra: Callable[[], dict[str, Any]] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.address = address
+        self.on_tick = on_tick  # called first each tick (the agent: has the job initialised CUDA yet?)
         self.hello = hello
         self.hello_extra = hello_extra
         self.token = token
@@ -168,6 +170,11 @@ class Sender:
                 self._close()
 
     def _tick(self) -> None:
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception as exc:
+                debug(f"tick hook failed: {exc!r}")
         self._collect()
         if self._sock is None and time.monotonic() >= self._next_attempt:
             self._connect()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ from trainmon.protocol import K_ITER_START, K_WAIT
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+
+    from trainmon.agent._cuda import ExposedProbe
 
 WORKER_ENV = "TRAINMON_WORKER"
 
@@ -121,6 +124,14 @@ class TorchHooks:
         self.installed = False
         self._undo: list[Callable[[], None]] = []
         self._watcher: _TorchImportWatcher | None = None
+        # Exposed GPU idle (see _cuda.py): the iterator class, its original __next__ and the CPU wrapper,
+        # so poll_cuda can swap in the measuring wrapper once the job has initialised CUDA.
+        self.lock = threading.Lock()  # install state vs. the sender thread's swap
+        self.probe: ExposedProbe | None = None
+        self._it_cls: Any = None
+        self._orig_next: Any = None
+        self._plain_next: Any = None
+        self._cuda_decided = False
 
     def install(self) -> None:
         """Patch now if torch is imported, otherwise as soon as it is."""
@@ -131,6 +142,12 @@ class TorchHooks:
             sys.meta_path.insert(0, self._watcher)
 
     def uninstall(self) -> None:
+        with self.lock:
+            self._uninstall()
+
+    def _uninstall(self) -> None:
+        self._plain_next = self._orig_next = self._it_cls = None
+        self._cuda_decided = False
         if self._watcher is not None:
             try:
                 sys.meta_path.remove(self._watcher)
@@ -167,7 +184,10 @@ class TorchHooks:
         registry = self.registry
         it_cls = dl._BaseDataLoaderIter
         self._set(it_cls, "_trainmon_tag", LazyTag(registry))
-        self._set(it_cls, "__next__", _hot.wrap_next(it_cls.__next__))
+        self._orig_next = it_cls.__next__
+        self._plain_next = _hot.wrap_next(self._orig_next)
+        self._set(it_cls, "__next__", self._plain_next)
+        self._it_cls = it_cls
 
         orig_iter = dl.DataLoader.__iter__
 
@@ -208,6 +228,40 @@ class TorchHooks:
         saver = _hot.wrap_save(torch.serialization.save)
         self._set(torch, "save", saver)
         self._set(torch.serialization, "save", saver)
+
+    def poll_cuda(self) -> None:
+        """From the sender thread, each tick until decided: once the job itself has initialised CUDA,
+        replace the wrapped ``__next__`` by the one that measures exposed GPU idle.
+
+        ``torch.cuda.is_initialized()`` reads a Python flag: it neither initialises CUDA nor takes the
+        context lock. A CPU-only job pays this check ten times a second in the sender thread, and
+        nothing on its hot path."""
+        if self._cuda_decided or self._plain_next is None:
+            return
+        from trainmon.agent import _cuda  # only once torch is patched: `import trainmon.agent` stays as small
+
+        cuda = _cuda.cuda_module()
+        try:
+            if cuda is None or not cuda.is_initialized():
+                return
+        except Exception:
+            self._cuda_decided = True
+            return
+        with self.lock:
+            if self._cuda_decided or self._plain_next is None or not self.installed:
+                return
+            self._cuda_decided = True
+            every = _cuda.every_from_env()
+            if every <= 0:
+                return
+            self.probe = _cuda.ExposedProbe(cuda, every, on_fail=self._cuda_failed)
+            self._it_cls.__next__ = _hot.wrap_next_cuda(self._orig_next, self.probe)
+
+    def _cuda_failed(self) -> None:
+        """The probe failed (it logged why): back to the plain wrapper for the rest of the process."""
+        with self.lock:
+            if self._it_cls is not None and self._plain_next is not None:
+                self._it_cls.__next__ = self._plain_next
 
 
 class _TorchImportWatcher:

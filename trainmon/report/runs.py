@@ -24,10 +24,22 @@ def loader_config(config: dict[str, Any]) -> LoaderConfig | None:
     }
 
 
+def exposed_wait_fraction(exposed: float, exposed_wait: float, wait: float, total: float) -> float:
+    """The share of step time the GPU sat idle because of data waits (CUDA; nan where nothing was measured).
+
+    Estimated from the measured waits only: the share of their time that left the GPU idle
+    (``exposed / exposed_wait``) times the share of step time spent waiting. With every wait measured
+    (``TRAINMON_EXPOSED_EVERY=1``, the default, and no skipped waits) that is exposed / step time exactly;
+    with sampling or skipped waits the unmeasured waits are not counted as 0 exposed."""
+    if exposed_wait <= 0 or total <= 0:
+        return math.nan
+    return min(1.0, exposed / exposed_wait) * wait / total
+
+
 def run_summary(run: Run) -> RunSummary:
     steps = run.steps
     durations: list[float] = []
-    wait = total = 0.0
+    wait = total = exposed = exposed_wait = 0.0
     samples = 0
     for k in range(len(steps)):
         if steps.warm[k]:
@@ -37,6 +49,9 @@ def run_summary(run: Run) -> RunSummary:
         total += d
         wait += steps.wait[k]
         samples += steps.samples[k]
+        if steps.exposed[k] == steps.exposed[k]:  # measured (CUDA)
+            exposed += steps.exposed[k]
+            exposed_wait += steps.exposed_wait[k]
     train = run.train_loader()
     return {
         "pid": run.pid,
@@ -50,6 +65,7 @@ def run_summary(run: Run) -> RunSummary:
             "p95": rounded(quantile(durations, 0.95) * 1e3, 3),
         },
         "data_wait_fraction": rounded(wait / total if total > 0 else math.nan, 4),
+        "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
         "samples_per_s": rounded(samples / total if total > 0 and samples else math.nan, 2),
         "dataloader": loader_config(train.config if train is not None else {}),
         "loaders": len(run.loaders),

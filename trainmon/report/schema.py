@@ -58,6 +58,7 @@ class RunSummary(TypedDict):
     warmup_steps: int
     step_time_ms: StepTimes
     data_wait_fraction: float | None
+    exposed_wait_fraction: float | None  # share of step time the GPU sat idle because of waits (CUDA only)
     samples_per_s: float | None
     dataloader: LoaderConfig | None
     loaders: int

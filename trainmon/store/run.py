@@ -11,6 +11,7 @@ The train loader is the most iterated one; the others are eval/other phases.
 from __future__ import annotations
 
 import operator
+import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
 CKPT_MERGE_GAP_S = 0.005
 FAST_MIN_STEPS = 8  # a batch with fewer regular steps than this goes record by record
 _NAN = float("nan")
+_KIND_BYTE = 0 if sys.byteorder == "little" else 7  # where a record's kind (the tag's low byte) lies in memory
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Run:
         self._cur_wait = 0.0
         self._cur_batches = 0
         self._cur_exposed = float("nan")
+        self._cur_exposed_wait = 0.0  # host time of the building step's measured waits (-1: all of its wait)
         self._last_end: float | None = None
         self._warm_until = WARMUP_STEPS
         self._seen_any_wait = False
@@ -163,8 +166,9 @@ class Run:
 
         Record by record, except for the stretch of a batch where steps repeat one pattern (a train
         batch then the step's boundary), which is folded in whole columns (see _fold_regular)."""
+        self.records += len(records) // 4
+        records, exposed = _split_exposed(records)
         n = len(records) // 4
-        self.records += n
         tags = records[0::4]
         t0s = records[1::4]
         t1s = records[2::4]
@@ -182,6 +186,33 @@ class Run:
                 del lst[: len(lst) - self._events_cap]
         if n:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
+        if exposed is not None:
+            self._apply_exposed(exposed)
+
+    def _apply_exposed(self, records: array[int]) -> None:
+        """``exposed`` records (CUDA event pairs, see agent/_cuda.py) arrive after their wait, often after
+        its step ended: each goes to the step of its loader whose span holds the wait's [t0, t1] (bisect
+        on the step table), or to the step being built. Applied after the rest of their batch, so they
+        never break the regular pattern _fold_regular folds. The exposed time is clamped to [0, wait];
+        one without a span (t1 <= t0, the form documented before version 1 carried spans) goes to the
+        step being built and stands for its whole wait."""
+        for i in range(0, len(records), 4):
+            tag, t0n, t1n, value = records[i : i + 4]
+            exposed = max(0, value) * NS
+            if t1n <= t0n:
+                self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
+                self._cur_exposed_wait = -1.0
+                continue
+            t0, t1 = t0n * NS, t1n * NS
+            exposed = min(exposed, t1 - t0)
+            lid = tag >> 8
+            lid = lid if lid in self.loaders else 0
+            if self.steps.add_exposed(t0, t1, exposed, lid):
+                continue
+            if self._cur_start is not None and t1 > self._cur_start and lid == (self._train or 0):
+                self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
+                if self._cur_exposed_wait >= 0:
+                    self._cur_exposed_wait += t1 - t0
 
     def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
         """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, while
@@ -260,10 +291,6 @@ class Run:
                 self.marks.append((t0, self.names.get(tag >> 8, f"mark-{tag >> 8}")))
             elif kind == K_PHASE:
                 self.phases.append((t0, t1, self.names.get(tag >> 8, f"phase-{tag >> 8}")))
-            elif kind == K_EXPOSED:
-                exposed = vals[i] * NS
-                # NaN tests stay inline on this per-record path (a call per record costs more than the test).
-                self._cur_exposed = exposed if self._cur_exposed != self._cur_exposed else self._cur_exposed + exposed
 
     def _add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
@@ -359,11 +386,34 @@ class Run:
         batch = train.config.get("batch_size") if train is not None else None
         samples = self._cur_batches * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self._warm_until
-        self.steps.add(start, end, min(self._cur_wait, end - start), samples, warm, self._cur_exposed, self._train or 0)
+        wait = min(self._cur_wait, end - start)
+        covered = self._cur_exposed_wait if self._cur_exposed_wait >= 0 else wait
+        self.steps.add(start, end, wait, samples, warm, self._cur_exposed, self._train or 0, covered)
         self._last_end = end
         self._cur_wait = 0.0
         self._cur_batches = 0
-        self._cur_exposed = float("nan")
+        self._cur_exposed = _NAN
+        self._cur_exposed_wait = 0.0
+
+
+def _split_exposed(records: array[int]) -> tuple[array[int], array[int] | None]:
+    """(the batch without its ``exposed`` records, those records or None): C-level finds and slices,
+    one per exposed record, never a Python step per record."""
+    with memoryview(records) as view, view.cast("B") as raw:
+        kinds = raw[_KIND_BYTE :: 4 * 8].tobytes()
+    pos = kinds.find(K_EXPOSED)
+    if pos < 0:
+        return records, None
+    rest: array[int] = array("q")
+    taken: array[int] = array("q")
+    start = 0
+    while pos >= 0:
+        rest += records[4 * start : 4 * pos]
+        taken += records[4 * pos : 4 * pos + 4]
+        start = pos + 1
+        pos = kinds.find(K_EXPOSED, start)
+    rest += records[4 * start :]
+    return rest, taken
 
 
 def _as_int(value: Any) -> int | None:

@@ -16,7 +16,21 @@ class Steps:
     ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
     ``total`` counts every step ever completed."""
 
-    __slots__ = ("_cum", "cap", "dur", "end", "exposed", "loader", "samples", "scan", "start", "total", "wait", "warm")
+    __slots__ = (
+        "_cum",
+        "cap",
+        "dur",
+        "end",
+        "exposed",
+        "exposed_wait",
+        "loader",
+        "samples",
+        "scan",
+        "start",
+        "total",
+        "wait",
+        "warm",
+    )
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -24,7 +38,10 @@ class Steps:
         self.end = array("d")
         self.dur = array("d")  # end - start, kept so window sums and maxima need no per-step Python
         self.wait = array("d")
-        self.exposed = array("d")  # GPU idle exposed by the wait (nan where not measured)
+        self.exposed = array("d")  # GPU idle exposed by the step's measured waits (nan where none was measured)
+        # The host time of the waits whose exposed idle was measured (0 where none was): with sampling
+        # (TRAINMON_EXPOSED_EVERY) or skipped waits, the exposed share is exposed / exposed_wait × wait.
+        self.exposed_wait = array("d")
         self.samples = array("l")
         self.warm = array("b")
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
@@ -35,16 +52,35 @@ class Steps:
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
 
     def _columns(self) -> tuple[array[Any], ...]:
-        return (self.start, self.end, self.dur, self.wait, self.exposed, self.samples, self.warm, self.loader)
+        return (
+            self.start,
+            self.end,
+            self.dur,
+            self.wait,
+            self.exposed,
+            self.exposed_wait,
+            self.samples,
+            self.warm,
+            self.loader,
+        )
 
     def add(
-        self, start: float, end: float, wait: float, samples: int, warm: bool, exposed: float, loader: int = 0
+        self,
+        start: float,
+        end: float,
+        wait: float,
+        samples: int,
+        warm: bool,
+        exposed: float,
+        loader: int = 0,
+        exposed_wait: float = 0.0,
     ) -> None:
         self.start.append(start)
         self.end.append(end)
         self.dur.append(end - start)
         self.wait.append(wait)
         self.exposed.append(exposed)
+        self.exposed_wait.append(exposed_wait if exposed == exposed else 0.0)
         self.samples.append(samples)
         self.warm.append(1 if warm else 0)
         self.loader.append(loader)
@@ -61,6 +97,7 @@ class Steps:
         self.dur.extend(dur)
         self.wait.extend(wait)
         self.exposed.extend(array("d", [_NAN]) * n)
+        self.exposed_wait.extend(array("d", [0.0]) * n)
         self.samples.extend(array("l", [samples]) * n)
         self.warm.extend(bytes(n))
         self.loader.extend(array("l", [loader]) * n)
@@ -103,6 +140,17 @@ class Steps:
             for cum, col in ((cum_dur, self.dur), (cum_wait, self.wait), (cum_samples, self.samples)):
                 cum.extend(itertools.islice(itertools.accumulate(col[done:], initial=cum[-1]), 1, None))
         return cum_dur, cum_wait, cum_samples
+
+    def add_exposed(self, t0: float, t1: float, exposed: float, loader: int) -> bool:
+        """Add a measured wait's exposed GPU idle to the finished step whose span holds the wait [t0, t1]
+        (a step of the same loader); False when no step in the table does."""
+        k = bisect_left(self.end, t1)  # the first step ending at or after the wait's end
+        if k >= len(self.end) or self.start[k] > t0 + (t1 - t0) * 0.5 or self.loader[k] != loader:
+            return False
+        old = self.exposed[k]
+        self.exposed[k] = exposed if old != old else old + exposed
+        self.exposed_wait[k] += t1 - t0
+        return True
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""

@@ -7,10 +7,13 @@ from typing import Any
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
+from trainmon.numbers import is_nan
 
 
 def base_evidence(w: RunWindow) -> dict[str, Any]:
-    return {
+    """The run, its window and its raw data-wait share; on CUDA, where the agent measured it, the share of
+    step time the waits left the GPU idle beside it (``exposed_wait_fraction``, over ``exposed_steps``)."""
+    evidence = {
         "run": w.run.label,
         "steps": w.steps,
         "window_s": round(w.span_s, 2),
@@ -20,6 +23,11 @@ def base_evidence(w: RunWindow) -> dict[str, Any]:
         "num_workers": w.loader.get("num_workers"),
         "batch_size": w.loader.get("batch_size"),
     }
+    exposed = w.exposed_fraction
+    if not is_nan(exposed):
+        evidence["exposed_wait_fraction"] = round(exposed, 4)
+        evidence["exposed_steps"] = w.exposed_steps
+    return evidence
 
 
 def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:

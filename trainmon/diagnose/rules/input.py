@@ -36,14 +36,16 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
         "main_cpu_pct": rounded(ev.main.cpu_pct, 1),
         "exposed_fraction": rounded(exposed, 4),
     }
-    pct = f"{f:.0%}"
+    # On CUDA the raw wait share and the share that left the GPU idle are both told (the evidence has both).
+    idle = f" ({exposed:.0%} of step time with the GPU idle)" if not is_nan(exposed) else ""
+    pct = f"{f:.0%} of each step waits on data{idle}"
     workers = w.loader.get("num_workers")
     if workers == 0:
         suggested = max(2, min(8, host.cores - 1))
         return Finding(
             "input.main_process",
             severity,
-            f"{pct} of each step waits on data loaded in the main process (num_workers=0); "
+            f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}; "
             f"step p50 {w.step_p50_s * 1e3:.0f} ms",
             [
                 f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
@@ -88,7 +90,7 @@ def _io_finding(
         return Finding(
             "input.io",
             severity,
-            f"{pct} of each step waits on data; the workers wait on storage: {blocked}, {disk}",
+            f"{pct}; the workers wait on storage: {blocked}, {disk}",
             [
                 "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
                 "and read them in order",
@@ -108,7 +110,7 @@ def _io_finding(
         return Finding(
             "input.io",
             severity,
-            f"{pct} of each step waits on data; the workers read {rchar:.1f} MB/s through the network or a remote "
+            f"{pct}; the workers read {rchar:.1f} MB/s through the network or a remote "
             f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not is_nan(cpu) else 0:.0%} "
             "of the time: remote reads are the bottleneck",
             [
@@ -149,11 +151,10 @@ def _cpu_finding(
         return Finding(
             "input.workers_cpu",
             severity,
-            f"{pct} of each step waits on data; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
+            f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
             f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound"
             if not is_nan(cpu)
-            else f"{pct} of each step waits on data and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is "
-            "CPU-bound",
+            else f"{pct} and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is CPU-bound",
             [
                 "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
                 "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
@@ -169,15 +170,14 @@ def _cpu_finding(
     evidence["suggested_num_workers"] = needed
     if cpu_bound:
         summary = (
-            f"{pct} of each step waits on data; {n} worker(s) busy {cpu:.0f}% of a core while "
-            f"{idle_cores:.1f} of {host.cores} cores are idle"
+            f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {host.cores} cores are idle"
             if not is_nan(cpu)
-            else f"{pct} of each step waits on data with {n} workers and idle cores"
+            else f"{pct} with {n} workers and idle cores"
         )
         why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
     else:
         summary = (
-            f"{pct} of each step waits on data; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
+            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
             "something slow per sample (latency), so more of them in parallel would hide it"
         )
         why = "each worker spends most of its time waiting, not computing"
