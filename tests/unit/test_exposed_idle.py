@@ -376,3 +376,20 @@ def test_record_of_a_fake_cuda_training_reports_the_share_that_left_the_gpu_idle
     assert run["exposed_wait_fraction"] == pytest.approx(own["exposed_fraction"], abs=0.05), (run, own)
     assert run["exposed_wait_fraction"] < run["data_wait_fraction"] - 0.2
     assert math.isclose(own["exposed_fraction"], 0.5, abs_tol=0.1)
+
+
+def test_the_live_window_estimates_the_exposed_share_from_the_measured_waits_only():
+    """Every other wait measured (sampling): 10 ms of each measured 20 ms wait left the GPU idle, steps last 50 ms.
+    The share is 10/20 of a 40 % wait share = 0.2, not the 0.1 that counting skipped waits as hidden would give."""
+    run = Run(1, {"pid": 1}, 0.0)
+    recs: list[int] = []
+    for i in range(60):
+        t0 = i * 50 * MS
+        recs += [P.K_WAIT | 1 << 8, t0, t0 + 20 * MS, 0, P.K_OPT, t0 + 50 * MS, t0 + 50 * MS, 0]
+        if i % 2:
+            recs += [P.K_EXPOSED | 1 << 8, t0, t0 + 20 * MS, 10 * MS]
+    run.apply_events(array("q", recs))
+    w = run_window(run, 0.0, 3.0)
+    assert w.wait_fraction == pytest.approx(0.4)
+    assert w.exposed_fraction == pytest.approx(0.2, abs=1e-9)
+    assert run_summary(run)["exposed_wait_fraction"] == pytest.approx(0.2, abs=1e-3)

@@ -55,6 +55,7 @@ class RunWindow:
     checkpoints: int = 0
     last_end: float = math.nan
     exposed_s: float = 0.0
+    exposed_wait_s: float = 0.0  # host time of the waits that were measured (sampling may skip some)
     exposed_steps: int = 0
     sorted_durations: list[float] = field(default_factory=list)  # all steady steps', or an even sample
     checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
@@ -110,9 +111,15 @@ class RunWindow:
 
     @property
     def exposed_fraction(self) -> float:
-        """GPU idle exposed by data waits / step time (CUDA only; nan where not measured)."""
+        """GPU idle exposed by data waits / step time (CUDA only; nan where not measured).
+
+        Estimated from the measured waits only: (exposed / measured wait) × the wait share, so waits the agent
+        skipped (sampling, a full event pool) do not count as hidden. Equals exposed / step time when every
+        wait was measured."""
         if not self.exposed_steps or self.step_time_s <= 0:
             return math.nan
+        if self.exposed_wait_s > 0 and not is_nan(self.wait_fraction):
+            return min(1.0, self.exposed_s / self.exposed_wait_s) * self.wait_fraction
         return self.exposed_s / self.step_time_s
 
     @property
@@ -224,6 +231,7 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     if exposed.tobytes() != _NAN8 * m:  # some step in the window has a measured exposed wait (CUDA)
         measured = known(exposed)
         w.exposed_s = math.fsum(measured)
+        w.exposed_wait_s = math.fsum(_pick(steps.exposed_wait, i, segments))
         w.exposed_steps = len(measured)
     stride = _stride(m)
     sample = array("d")
