@@ -134,13 +134,18 @@ class Monitor:
         return self.agents.address if self.agents is not None else None
 
     def tracked_pids(self) -> dict[int, str]:
-        """The training process tree: mains/ranks from agent hellos, their workers, launched children."""
+        """The training process tree: mains/ranks from agent hellos, their workers, launched children.
+
+        Pids of the monitor's namespace only: a run in another pid namespace counts with its mapped pids,
+        one that could not be mapped with none (its pids would name other processes here)."""
         pids = dict(self.extra_pids)
         with self.store.lock:
             for run in self.store.runs.values():
                 if not run.connected and run.ended:
                     continue
-                pids[run.pid] = run.role
+                main = run.proc_pid
+                if main is not None:
+                    pids[main] = run.role
                 for pid in run.worker_pids():
                     pids[pid] = "worker"
         return pids

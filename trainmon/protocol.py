@@ -297,8 +297,15 @@ def clean_counts(counts: object) -> dict[str, Any]:
     }
 
 
-def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
-    """Keep a hello's fields to their expected types and sizes; raises ProtocolError without a pid."""
+PID_NAMESPACES = ("own", "mapped", "unmapped")
+
+
+def clean_hello(hello: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]:
+    """Keep a hello's fields to their expected types and sizes; raises ProtocolError without a pid.
+
+    ``peer_pid`` and ``pid_namespace`` are the monitor's own findings about the connection (see
+    docs/protocol.md): an agent-sent one is dropped; ``monitor=True`` (a recording the monitor wrote)
+    keeps them, cleaned."""
     pid = hello.get("pid")
     if not _is_int(pid) or not 0 < pid < 1 << 31:
         raise ProtocolError("hello without a valid pid")
@@ -318,6 +325,11 @@ def clean_hello(hello: dict[str, Any]) -> dict[str, Any]:
     job = hello.get("job")
     clean["job"] = {str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]} if isinstance(job, dict) else {}
     clean["counts"] = clean_counts(hello.get("counts"))
+    if monitor:
+        peer_pid = hello.get("peer_pid")
+        clean["peer_pid"] = peer_pid if _is_int(peer_pid) and 0 < peer_pid < 1 << 31 else None
+        ns = hello.get("pid_namespace")
+        clean["pid_namespace"] = ns if ns in PID_NAMESPACES else None
     return clean
 
 
@@ -334,8 +346,11 @@ def _loader_id(value: object) -> int | None:
     return value if _is_int(value) and 0 <= value < MAX_LOADER_ID else None
 
 
-def clean_info(info: dict[str, Any]) -> dict[str, Any]:
-    """The known INFO keys with their expected types; everything else dropped (see docs/protocol.md)."""
+def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]:
+    """The known INFO keys with their expected types; everything else dropped (see docs/protocol.md).
+
+    ``workers.proc_pids`` (the workers' pids in the monitor's pid namespace) is the monitor's own: kept,
+    cleaned, only with ``monitor=True`` (a recording the monitor wrote)."""
     clean: dict[str, Any] = {}
     loader = info.get("loader")
     if isinstance(loader, dict) and (lid := _loader_id(loader.get("id"))) is not None:
@@ -349,6 +364,9 @@ def clean_info(info: dict[str, Any]) -> dict[str, Any]:
         pids = workers.get("pids")
         pids = [p for p in pids[:MAX_LIST] if _is_int(p) and 0 < p < 1 << 31] if isinstance(pids, list) else []
         clean["workers"] = {"loader": lid, "pids": pids}
+        proc_pids = workers.get("proc_pids")
+        if monitor and isinstance(proc_pids, list) and len(proc_pids) == len(pids):
+            clean["workers"]["proc_pids"] = [p if _is_int(p) and 0 <= p < 1 << 31 else 0 for p in proc_pids]
     name = info.get("name")
     if isinstance(name, dict) and _is_int(ident := name.get("id")) and 0 <= ident < MAX_NAMES:
         clean["name"] = {"id": ident, "name": str(name.get("name"))[:200]}

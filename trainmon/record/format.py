@@ -211,10 +211,10 @@ def _dispatch(kind: int, body: bytes, sink: Ingest) -> None:
         )
     elif kind == R_HELLO:
         run_id, t = _run_t(body)
-        sink.hello(run_id, t, P.clean_hello(_load(body[RUN_T.size :])))
+        sink.hello(run_id, t, P.clean_hello(_load(body[RUN_T.size :]), monitor=True))
     elif kind == R_INFO:
         run_id, t = _run_t(body)
-        sink.info(run_id, t, P.clean_info(_load(body[RUN_T.size :])))
+        sink.info(run_id, t, P.clean_info(_load(body[RUN_T.size :]), monitor=True))
     elif kind == R_CLOSED:
         run_id, t = _run_t(body)
         sink.closed(run_id, t, body[RUN_T.size :].decode("utf-8", "replace")[:200])

@@ -55,6 +55,8 @@ def run_summary(run: Run) -> RunSummary:
     train = run.train_loader()
     return {
         "pid": run.pid,
+        "agent_pid": run.agent_pid,
+        "pid_namespace": run.pid_namespace,
         "rank": run.rank,
         "name": run.name,
         "host": run.host,
@@ -70,6 +72,7 @@ def run_summary(run: Run) -> RunSummary:
         "dataloader": loader_config(train.config if train is not None else {}),
         "loaders": len(run.loaders),
         "worker_pids": run.worker_pids(),
+        "agent_worker_pids": run.agent_worker_pids(),
         "checkpoints": len(run.checkpoints),
         "checkpoint_s": rounded(sum(c1 - c0 for c0, c1 in run.checkpoints), 3),
         "device": run.device,

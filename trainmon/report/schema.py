@@ -50,7 +50,9 @@ class ProcessFigures(TypedDict):
 class RunSummary(TypedDict):
     """One run's figures over its steady state (warm-up steps excluded)."""
 
-    pid: int
+    pid: int  # in the monitor's pid namespace where known (own, mapped); else (unmapped) the agent's own
+    agent_pid: int  # the pid the training reported for itself, in its own pid namespace
+    pid_namespace: str  # "own" (the monitor's), "mapped" (another, pids mapped), "unmapped" (never read)
     rank: int | None
     name: str
     host: str
@@ -62,7 +64,8 @@ class RunSummary(TypedDict):
     samples_per_s: float | None
     dataloader: LoaderConfig | None
     loaders: int
-    worker_pids: list[int]
+    worker_pids: list[int]  # in the monitor's pid namespace (the workers that could be mapped)
+    agent_worker_pids: list[int]  # as the training reported them
     checkpoints: int
     checkpoint_s: float | None
     device: str | None

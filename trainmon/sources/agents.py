@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmon import protocol as P
+from trainmon.sources import pidns
 from trainmon.store.store import Ingest
 
 log = logging.getLogger("trainmon.agents")
@@ -47,6 +48,10 @@ class _Conn:
     run_id: int | None = None
     authed: bool = True
     bye: str | None = None
+    peer_pid: int | None = None  # the peer's pid in the monitor's namespace (SO_PEERCRED), None: not known
+    loopback: bool = False  # a loopback TCP peer: its pid is looked up from its socket at the hello
+    pid_namespace: str = pidns.OWN
+    main_pid: int | None = None  # the run's main process in the monitor's namespace (None: unmapped)
 
 
 class AgentServer:
@@ -248,6 +253,10 @@ class AgentServer:
                 continue
             sock.setblocking(False)
             conn = _Conn(sock, peer, self.clock(), authed=not self._require_token)
+            if sock.family == socket.AF_UNIX:
+                conn.peer_pid = _peer_pid(peer)
+            else:
+                conn.loopback = _is_loopback(addr)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -330,6 +339,7 @@ class AgentServer:
             hello = P.clean_hello(P.decode_json(payload))
             conn.run_id = run_id = self._run_id((hello["host"], hello["pid"], hello["session"]))
             hello["peer"] = conn.peer
+            self._map_pids(conn, hello)
             self.sink.hello(run_id, now, hello)
             return
         if conn.run_id is None:
@@ -340,8 +350,30 @@ class AgentServer:
             info = P.clean_info(P.decode_json(payload))
             if "bye" in info:
                 conn.bye = info["bye"]
+            if "workers" in info and conn.pid_namespace != pidns.OWN:
+                # Namespace pids: each worker's pid in the monitor's namespace (0: not found), recorded with them.
+                pids = info["workers"]["pids"]
+                main = conn.main_pid
+                info["workers"]["proc_pids"] = pidns.map_workers(main, pids) if main else [0] * len(pids)
             if info:
                 self.sink.info(conn.run_id, now, info)
+
+    def _map_pids(self, conn: _Conn, hello: dict[str, Any]) -> None:
+        """Put the peer's pid (monitor's namespace) and the run's pid namespace into the hello. Costs nothing
+        when the peer's pid is the hello's (the common case); a loopback TCP peer's pid is looked up once,
+        here, from its socket; any other TCP peer (remote, or unknown) is unmapped."""
+        if conn.loopback and conn.peer_pid is None:
+            conn.peer_pid = _loopback_peer_pid(conn.sock, hello["pid"])
+        conn.pid_namespace, conn.main_pid = pidns.map_main(hello["pid"], conn.peer_pid)
+        hello["peer_pid"] = conn.peer_pid
+        hello["pid_namespace"] = conn.pid_namespace
+        if conn.pid_namespace != pidns.OWN:
+            log.info(
+                "%s reports pid %d from another pid namespace: %s",
+                conn.peer,
+                hello["pid"],
+                f"pid {conn.main_pid} here" if conn.main_pid else "not mapped, its processes are not read",
+            )
 
     def _run_id(self, key: tuple) -> int:
         run_id = self._run_ids.get(key)
@@ -400,6 +432,34 @@ def _loopback_peer_uid(sock: socket.socket) -> int | None:
     except (OSError, ValueError):
         return None
     return -1  # not in the table (gone already): unknown, so refused
+
+
+def _peer_pid(peer: str) -> int | None:
+    """The pid of a Unix peer as _check_peer names it (\"pid N\")."""
+    text = peer.removeprefix("pid ")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _is_loopback(addr: Any) -> bool:
+    try:
+        return ipaddress.ip_address(addr[0]).is_loopback
+    except (ValueError, TypeError, IndexError):
+        return False
+
+
+def _loopback_peer_pid(sock: socket.socket, agent_pid: int) -> int | None:
+    """The pid (monitor's namespace) of the process at the other end of a loopback TCP connection: the
+    peer's socket inode from /proc/net/tcp{,6}, then who holds it in /proc/*/fd (bounded). None if not found."""
+    table = "/proc/net/tcp6" if sock.family == socket.AF_INET6 else "/proc/net/tcp"
+    try:
+        theirs = _proc_net_addr(sock, *sock.getpeername()[:2])
+        ours = _proc_net_addr(sock, *sock.getsockname()[:2])
+    except (OSError, ValueError):
+        return None
+    inode = pidns.tcp_inode(table, theirs, ours)
+    if inode is None:
+        return None
+    return pidns.pick_peer(agent_pid, pidns.socket_holders(inode))
 
 
 def _max_connections() -> int:

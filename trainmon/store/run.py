@@ -45,7 +45,8 @@ _KIND_BYTE = 0 if sys.byteorder == "little" else 7  # where a record's kind (the
 class LoaderInfo:
     id: int
     config: dict[str, Any] = field(default_factory=dict)
-    worker_pids: list[int] = field(default_factory=list)
+    worker_pids: list[int] = field(default_factory=list)  # as the agent reported them (its pid namespace)
+    proc_pids: list[int] | None = None  # the same workers in the monitor's namespace (0: not mapped); None: same
     batches: int = 0
     wait_s: float = 0.0
     iterators: int = 0
@@ -89,8 +90,33 @@ class Run:
     # ------------------------------------------------------------ identity
 
     @property
-    def pid(self) -> int:
+    def agent_pid(self) -> int:
+        """The pid the training reported for itself, in its own pid namespace."""
         return int(self.hello.get("pid") or 0)
+
+    @property
+    def pid_namespace(self) -> str:
+        """The run's pid namespace: "own" (the monitor's), "mapped" (another, its pids mapped) or "unmapped"
+        (another, or a peer the monitor cannot see: its pids are never read).
+        Recordings from before the monitor checked have none: their pids were taken as the monitor's."""
+        return str(self.hello.get("pid_namespace") or "own")
+
+    @property
+    def proc_pid(self) -> int | None:
+        """The main process's pid in the monitor's namespace, the one /proc, NVML and py-spy know; None when
+        it runs in a pid namespace the monitor could not map (its processes are then never read)."""
+        ns = self.pid_namespace
+        if ns == "own":
+            return self.agent_pid
+        peer = self.hello.get("peer_pid")
+        return peer if ns == "mapped" and isinstance(peer, int) and peer > 0 else None
+
+    @property
+    def pid(self) -> int:
+        """The pid views name the run by and its process series are keyed by: the monitor-side pid where
+        known, else (unmapped) the agent's own."""
+        proc = self.proc_pid
+        return proc if proc is not None else self.agent_pid
 
     @property
     def rank(self) -> int | None:
@@ -128,7 +154,28 @@ class Run:
         return self.loaders.get(self._train) if self._train is not None else None
 
     def worker_pids(self) -> list[int]:
+        """The DataLoader workers' pids in the monitor's namespace (those that could be mapped)."""
+        out: list[int] = []
+        for info in self.loaders.values():
+            if info.proc_pids is None:
+                out.extend(info.worker_pids if self.pid_namespace == "own" else ())
+            else:
+                out.extend(p for p in info.proc_pids if p)
+        return out
+
+    def agent_worker_pids(self) -> list[int]:
+        """The DataLoader workers' pids as the agent reported them (its pid namespace)."""
         return [pid for info in self.loaders.values() for pid in info.worker_pids]
+
+    def unmapped_worker_pids(self) -> list[int]:
+        """Workers (agent's pids) with no pid in the monitor's namespace: shown, never read."""
+        if self.pid_namespace == "own":
+            return []
+        out: list[int] = []
+        for info in self.loaders.values():
+            proc = info.proc_pids or [0] * len(info.worker_pids)
+            out.extend(pid for pid, p in zip(info.worker_pids, proc, strict=False) if not p)
+        return out
 
     # ------------------------------------------------------------ ingestion
 
@@ -142,7 +189,13 @@ class Run:
             lid = _as_int(workers.get("loader"))
             pids = workers.get("pids")
             if lid is not None and self._bounded(lid) == lid and isinstance(pids, list):
-                self._loader(lid).worker_pids = [p for p in pids if isinstance(p, int)][:1024]
+                loader = self._loader(lid)
+                loader.worker_pids = [p for p in pids if isinstance(p, int)][:1024]
+                proc = workers.get("proc_pids")
+                if isinstance(proc, list) and len(proc) == len(pids):
+                    loader.proc_pids = [p if isinstance(p, int) else 0 for p in proc][:1024]
+                else:
+                    loader.proc_pids = None
         if isinstance(name := info.get("name"), dict):
             ident = _as_int(name.get("id"))
             if ident is not None and (ident in self.names or len(self.names) < MAX_NAMES):

@@ -220,6 +220,9 @@ def proc_cells(row: ProcRow) -> tuple[str, ...]:
     def pct(x: float) -> str:
         return f"{x * 100:.0f}" if finite(x) else "-"
 
+    if row.note:  # another pid namespace's pid: no figures (they would be another process's)
+        name = f"{row.note} · {row.name}" if row.name else row.note
+        return (f"ns:{row.pid}", row.role, "-", "-/-/-", "-", "-", "-", name)
     rsd = f"{pct(row.state_r)}/{pct(row.state_s)}/{pct(row.state_d)}"
     return (
         str(row.pid),
@@ -265,7 +268,7 @@ class ProcTable(DataTable):
             self.update_cell(row_key, key, cells[-1])
 
     def show(self, rows: list[ProcRow]) -> None:
-        wanted = {str(r.pid): r for r in rows}
+        wanted = {r.key: r for r in rows}
         changed_set = False
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
@@ -285,7 +288,7 @@ class ProcTable(DataTable):
                         self.updates += 1
             self._cells[key] = cells
         if changed_set and self.row_count > 1:
-            self.sort("role", "pid", key=lambda cells: (_ROLE_RANK.get(str(cells[0]), 3), int(str(cells[1]))))
+            self.sort("role", "pid", key=lambda cells: (_ROLE_RANK.get(str(cells[0]), 3), _pid_order(str(cells[1]))))
 
     def selected_pid(self) -> int | None:
         if not self.row_count:
@@ -300,6 +303,14 @@ class ProcTable(DataTable):
         pid = self.selected_pid()
         cells = self._cells.get(str(pid)) if pid is not None else None
         return cells[1] if cells else ""
+
+
+def _pid_order(cell: str) -> tuple[int, int]:
+    """Rows of the monitor's pids first by pid, then those of another pid namespace ("ns:N")."""
+    if cell.isdigit():
+        return (0, int(cell))
+    rest = cell.removeprefix("ns:")
+    return (1, int(rest) if rest.isdigit() else 0)
 
 
 def _cell(i: int, text: str) -> Text | str:

@@ -11,7 +11,7 @@ from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.store.store import Store
-from trainmon.view.frames import AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
+from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
 from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
 
 ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
@@ -150,21 +150,47 @@ def disk_views(store: Store, edges: Sequence[float], t: float, hold: float) -> l
 
 
 def _roles(store: Store, extra: dict[int, str], t: float) -> dict[int, tuple[str, str]]:
-    """pid → (role, name) of the training process tree as it was at ``t``."""
+    """pid → (role, name) of the training process tree as it was at ``t`` (pids of the monitor's namespace:
+    a run in a pid namespace the monitor could not map names none)."""
     out: dict[int, tuple[str, str]] = {}
     for pid, role in extra.items():
         out[pid] = (role, "")
     for run in store.runs.values():
-        if run.first_seen > t:
+        if run.first_seen > t or run.proc_pid is None:
             continue
-        name = f"{run.name} (rank {run.rank})" if run.rank is not None else run.name
-        out[run.pid] = (run.role, name)
+        name = _run_name(run)
+        out[run.proc_pid] = (run.role, name)
         loaders = [(lid, info) for lid, info in sorted(run.loaders.items()) if info.worker_pids]
+        own = run.pid_namespace == "own"
         for lid, info in loaders:
-            for k, pid in enumerate(info.worker_pids):
+            pids = info.worker_pids if own else (info.proc_pids or [])
+            for k, pid in enumerate(pids):
+                if not pid:
+                    continue
                 which = f"worker {k} of loader {lid}" if len(loaders) > 1 else f"worker {k}"
                 out[pid] = ("worker", f"{which} · {run.name}")  # what tells workers apart first: names get cut
     return out
+
+
+def _run_name(run: Run) -> str:
+    return f"{run.name} (rank {run.rank})" if run.rank is not None else run.name
+
+
+def _unmapped_rows(store: Store, t: float, fresh_s: float) -> list[ProcRow]:
+    """Rows for the processes of runs in another pid namespace that could not be mapped: their pids (the
+    agent's) name other processes here, so no figures, never a stack dump."""
+    rows = []
+    for run in store.runs.values():
+        if run.pid_namespace == "own" or run.first_seen > t:
+            continue
+        if not (run.connected and not run.ended) and run.last_seen + fresh_s < t:
+            continue  # gone at t
+        pids = ([] if run.proc_pid is not None else [(run.agent_pid, run.role, _run_name(run))]) + [
+            (pid, "worker", f"worker · {run.name}") for pid in run.unmapped_worker_pids()
+        ]
+        for pid, role, name in pids:
+            rows.append(ProcRow(pid, role, name, NAN, NAN, NAN, NAN, NAN, NAN, NAN, note=NS_NOTE, run_id=run.id))
+    return rows
 
 
 def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> list[ProcRow]:
@@ -183,4 +209,5 @@ def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> 
         if is_nan(r):
             r, s, d = v("state_R"), v("state_S"), v("state_D")
         rows.append(ProcRow(pid, role, name, v("cpu_pct"), r, s, d, rss, v("read_mb_s"), v("gpu_mem_mb")))
-    return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 3), r.pid))
+    rows.extend(_unmapped_rows(store, t, fresh_s))
+    return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 3), bool(r.note), r.pid))

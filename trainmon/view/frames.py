@@ -114,6 +114,9 @@ class DiskView:
     activity: float
 
 
+NS_NOTE = "n/a (other pid namespace)"
+
+
 @dataclass
 class ProcRow:
     pid: int
@@ -126,6 +129,15 @@ class ProcRow:
     rss_mb: float
     read_mb_s: float
     gpu_mb: float
+    # Set where the row has no figures because its pid is not the monitor's: "n/a (other pid namespace)".
+    # Its pid is then the agent's own, which names another process here: never read, never dumped.
+    note: str = ""
+    run_id: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The row's identity in the table: the pid, or (no figures) the run and the agent's pid."""
+        return f"ns{self.run_id}-{self.pid}" if self.note else str(self.pid)
 
 
 @dataclass
