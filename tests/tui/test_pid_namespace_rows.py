@@ -46,3 +46,5 @@ async def test_unmapped_rows_show_no_figures_and_are_never_dumped():
             await pilot.pause()
             await app.workers.wait_for_complete()
         assert dumped == []
+        messages = [n.message for n in app._notifications]
+        assert messages and all("pid namespace trainmon cannot see" in m for m in messages), messages

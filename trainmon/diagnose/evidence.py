@@ -89,7 +89,9 @@ def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
 
     When NVML lists other processes but not this one, the run holds no GPU. When it lists none of ours (no
     per-process figures, or pids of another namespace), the host's only GPU; with several, none rather than all."""
-    mask = store.latest(PROC.key(run.pid, "gpu_mask"))
+    if run.proc_pid is None:
+        return []  # a pid namespace the monitor could not map: NVML's pids cannot be matched to it
+    mask = store.latest(PROC.key(run.proc_pid, "gpu_mask"))
     own = sorted(set(mask_indices(mask)) & set(gpus)) if mask is not None else []
     if own or store.index().ids(PROC, "gpu_mask"):
         return own
@@ -122,7 +124,8 @@ def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_cl
 
 
 def gather(store: Store, run: Run, t0: float, t1: float, power_cap_clock: float = 0.85) -> Evidence:
-    ev = Evidence(proc_evidence(store, run.pid, t0, t1))
+    # A run in a pid namespace the monitor could not map has no process figures (its pid here is another's).
+    ev = Evidence(proc_evidence(store, run.proc_pid, t0, t1) if run.proc_pid is not None else ProcEvidence(0))
     ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
     index = store.index()
     for disk in index.ids(DISK, "util_pct"):

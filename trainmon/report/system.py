@@ -91,7 +91,8 @@ def system_section(store: Store) -> SystemSection:
 
 def process_figures(store: Store, run: Run) -> ProcessFigures:
     """Main process and workers: CPU % of a core, thread-state shares, read MB/s (p50 over the run)."""
-    main = process_figures_pid(store, run.pid)
+    # A run in a pid namespace the monitor could not map: no figures (its own pid names another process here).
+    main: ProcFigures = process_figures_pid(store, run.proc_pid) if run.proc_pid is not None else {"pid": run.pid}
     workers = [process_figures_pid(store, pid) for pid in run.worker_pids()]
     cpu = [c for w in workers if (c := w.get("cpu_pct")) is not None]
     return {

@@ -260,7 +260,8 @@ class TrainmonApp(App[int]):
         table = self.table
         pid = table.selected_pid()
         if pid is None:
-            self.notify("no process selected: the table is empty", severity="warning", timeout=3)
+            why = "the table is empty" if not table.row_count else "it runs in a pid namespace trainmon cannot see"
+            self.notify(f"no stack dump: {why}", severity="warning", timeout=3)
             return
         self.push_screen(StackScreen(pid, table.selected_role(), self.feed.dump))
 
