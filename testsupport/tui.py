@@ -52,3 +52,21 @@ async def until(pilot, condition: Callable[[], bool], timeout: float = 5.0) -> b
 def text(widget) -> str:
     """A widget's lines as the terminal shows them."""
     return "\n".join(widget.text_lines())
+
+
+def fake_monitor(store: Any, extra_pids: dict[int, str] | None = None, dump_stacks: Any = None) -> Any:
+    """What a LiveFeed reads of the headless Monitor (view.feeds.live.MonitorLike), over a prepared store:
+    a test calls ``monitor.listeners[0](snapshot)`` to play a tick."""
+    from types import SimpleNamespace
+
+    from trainmon.monitor import Monitor
+
+    return SimpleNamespace(
+        store=store,
+        last_snapshot=None,
+        listeners=[],
+        interval=1.0,
+        gpu=None,
+        extra_pids=extra_pids or {},
+        dump_stacks=dump_stacks or Monitor.dump_stacks,
+    )

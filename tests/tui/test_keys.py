@@ -10,8 +10,7 @@ from types import SimpleNamespace
 from textual.widgets import Static
 
 from testsupport.stores import T0, timeline_store
-from testsupport.tui import aio, make_app, settle, text, until
-from trainmon.monitor import Monitor
+from testsupport.tui import aio, fake_monitor, make_app, settle, text, until
 from trainmon.sources.pyspy import PTRACE_FIX
 from trainmon.tui import Job
 from trainmon.tui.screens import EvidenceScreen, HelpScreen, StackScreen
@@ -145,15 +144,7 @@ async def test_stack_dump_of_a_real_process_and_the_permission_message():
     child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
     try:
         store = timeline_store(20.0)
-        monitor = SimpleNamespace(
-            store=store,
-            last_snapshot=None,
-            listeners=[],
-            interval=1.0,
-            gpu=None,
-            extra_pids={child.pid: "child"},
-            dump_stacks=Monitor.dump_stacks,
-        )
+        monitor = fake_monitor(store, {child.pid: "child"})
         store.sample(T0 + 20.5, {f"proc.{child.pid}.rss_mb": 10.0, f"proc.{child.pid}.cpu_pct": 0.0})
         app = make_app(LiveFeed(monitor))
         async with app.run_test(size=(120, 40)) as pilot:

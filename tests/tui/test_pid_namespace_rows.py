@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from testsupport.stores import T0, timeline_store
-from testsupport.tui import aio, make_app, settle
+from testsupport.tui import aio, fake_monitor, make_app, settle
 from trainmon.tui.widgets import ProcTable
 from trainmon.view import LiveFeed
 from trainmon.view.frames import NS_NOTE
@@ -20,15 +20,7 @@ async def test_unmapped_rows_show_no_figures_and_are_never_dumped():
     store.info(99, T0 + 1.0, {"workers": {"loader": 0, "pids": [7]}})
     store.sample(T0 + 20.5, {"proc.1.rss_mb": 5.0, "proc.1.cpu_pct": 1.0})  # this machine's pid 1: not the run
     dumped: list[int] = []
-    monitor = SimpleNamespace(
-        store=store,
-        last_snapshot=None,
-        listeners=[],
-        interval=1.0,
-        gpu=None,
-        extra_pids={},
-        dump_stacks=dumped.append,
-    )
+    monitor = fake_monitor(store, dump_stacks=dumped.append)
     app = make_app(LiveFeed(monitor, dumper=lambda pid: dumped.append(pid) or []))
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(3):
