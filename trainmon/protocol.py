@@ -4,6 +4,9 @@ A connection starts with a preamble (magic + version), then carries frames:
 ``type:u8 | length:u32 little-endian | payload``. JSON payloads are UTF-8 objects;
 event payloads are packed little-endian int64 records of ``RECORD_FIELDS`` fields each,
 so neither side builds a Python object per record. See docs/protocol.md.
+
+A little over 400 lines: the framing, the record kinds and the cleaning of every message the monitor accepts
+stay in one module, the one contract both sides (the agent inside the job, the monitor) import.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Socket server for agents: many concurrent connections, bounded, hostile input closes one connection.
 
-It runs a little over 400 lines because binding, peer checks, the selector loop and per-connection state
-share one lock and one socket set; split, each part would reach into the others' state.
+It runs past 400 lines because binding, peer checks (uid, and the peer's pid in this pid namespace), the
+selector loop and per-connection state share one lock and one socket set; split, each part would reach into the
+others' state. Reading /proc to map pid namespaces is in ``trainmon.sources.pidns``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ Step boundaries, in order of precedence:
    optimizer stepping with no new train batch in between belongs to the same step);
 3. otherwise consecutive ``__next__`` calls of the train loader.
 The train loader is the most iterated one; the others are eval/other phases.
+
+It runs past 400 lines because step derivation is one state machine over the run's fields (the step being
+built, the train loader, warm-up, late exposed-idle records); split into modules, each part would reach into
+the others' state. The step table itself is in ``trainmon.store.steps``.
 """
 
 from __future__ import annotations
