@@ -107,8 +107,16 @@ class FakeCuda:
     def is_current_stream_capturing(self) -> bool:
         return self.capturing
 
+    device = 0  # the training thread's current device
+    uuid = "6b1f0c2e-8d55-7a5b-0e4c-1d2a3b4c5d6e"  # torch's form: NVML's "GPU-…" without the prefix
+
     def current_device(self) -> int:
-        return 0
+        return self.device
+
+    def get_device_properties(self, device: int) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(name="Fake H100", uuid=self.uuid)
 
     def synchronize(self, device: Any = None) -> None:
         raise AssertionError("the agent must never synchronise")

@@ -377,6 +377,13 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         clean["drops"] = drops
     if isinstance(bye := info.get("bye"), str):
         clean["bye"] = bye[:32]
+    device = info.get("cuda_device")
+    if isinstance(device, dict) and _is_int(index := device.get("index")) and 0 <= index < 1024:
+        clean["cuda_device"] = {
+            "index": index,
+            "uuid": str(device.get("uuid") or "")[:80],
+            "name": str(device.get("name") or "")[:100],
+        }
     return clean
 
 

@@ -376,6 +376,7 @@ def test_record_of_a_fake_cuda_training_reports_the_share_that_left_the_gpu_idle
     assert run["exposed_wait_fraction"] == pytest.approx(own["exposed_fraction"], abs=0.05), (run, own)
     assert run["exposed_wait_fraction"] < run["data_wait_fraction"] - 0.2
     assert math.isclose(own["exposed_fraction"], 0.5, abs_tol=0.1)
+    assert run["device"] == "cuda:0"  # the agent's cuda_device message, through the wire and the recording
 
 
 def test_the_live_window_estimates_the_exposed_share_from_the_measured_waits_only():

@@ -68,6 +68,7 @@ class ExposedProbe:
         "_countdown",
         "_free",
         "_made",
+        "_on_device",
         "_on_fail",
         "_pending",
         "capturing",
@@ -81,9 +82,15 @@ class ExposedProbe:
     )
 
     def __init__(
-        self, cuda: Any, every: int = 1, on_fail: Callable[[], None] | None = None, pool: int = POOL_PAIRS
+        self,
+        cuda: Any,
+        every: int = 1,
+        on_fail: Callable[[], None] | None = None,
+        pool: int = POOL_PAIRS,
+        on_device: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.cuda = cuda
+        self._on_device = on_device  # told once which device the training thread uses
         self.every = max(1, every)
         self.pool = pool
         self.enabled = True
@@ -101,6 +108,8 @@ class ExposedProbe:
         """At the start of a wait: resolve finished pairs, then record A if this wait is measured."""
         if not self.enabled:
             return None
+        if self._on_device is not None:
+            self._report_device()
         try:
             if self._pending:
                 self._resolve()
@@ -125,6 +134,19 @@ class ExposedProbe:
         except Exception as exc:
             self._fail(exc)
             return None
+
+    def _report_device(self) -> None:
+        """Once, from the training thread (the current device is per thread): its index and UUID, which the
+        monitor matches to NVML's devices where pids cannot be matched (containers)."""
+        on_device, self._on_device = self._on_device, None
+        try:
+            index = int(self.cuda.current_device())
+            props = self.cuda.get_device_properties(index)
+            ident = {"index": index, "uuid": str(getattr(props, "uuid", "") or ""), "name": str(props.name)}
+            if on_device is not None:
+                on_device(ident)
+        except Exception as exc:
+            debug(f"CUDA device identity n/a: {exc!r}")
 
     def end(self, pair: tuple[Any, Any], tag: int, t0: int, t1: int) -> None:
         """At the end of a measured wait: record B; the pair is resolved at a later wait."""

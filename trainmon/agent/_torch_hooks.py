@@ -254,7 +254,9 @@ class TorchHooks:
             every = _cuda.every_from_env()
             if every <= 0:
                 return
-            self.probe = _cuda.ExposedProbe(cuda, every, on_fail=self._cuda_failed)
+            self.probe = _cuda.ExposedProbe(
+                cuda, every, on_fail=self._cuda_failed, on_device=lambda d: self.registry.emit({"cuda_device": d})
+            )
             self._it_cls.__next__ = _hot.wrap_next_cuda(self._orig_next, self.probe)
 
     def _cuda_failed(self) -> None:

@@ -85,17 +85,40 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
 
 
 def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
-    """The GPUs a run trains on: those NVML lists its main process on (``proc.<pid>.gpu_mask``).
+    """The GPUs a run trains on: the CUDA device it reported (matched by UUID) and those NVML lists its main
+    process on (``proc.<pid>.gpu_mask``).
 
-    When NVML lists other processes but not this one, the run holds no GPU. When it lists none of ours (no
-    per-process figures, or pids of another namespace), the host's only GPU; with several, none rather than all."""
+    Without either: when NVML lists other processes but not this one, the run holds no GPU; when it lists none
+    of ours (no per-process figures, or pids of another namespace), the host's only GPU; with several, none
+    rather than all. A run in a pid namespace the monitor could not map is matched by UUID only."""
+    own: set[int] = set()
+    by_uuid = _gpu_by_uuid(store, run)
+    if by_uuid is not None and by_uuid in gpus:
+        own.add(by_uuid)  # the device torch reported: found even where NVML's pids match none of ours
     if run.proc_pid is None:
-        return []  # a pid namespace the monitor could not map: NVML's pids cannot be matched to it
+        return sorted(own)
     mask = store.latest(PROC.key(run.proc_pid, "gpu_mask"))
-    own = sorted(set(mask_indices(mask)) & set(gpus)) if mask is not None else []
+    if mask is not None:
+        own |= set(mask_indices(mask)) & set(gpus)
     if own or store.index().ids(PROC, "gpu_mask"):
-        return own
+        return sorted(own)
     return gpus if len(gpus) == 1 else []
+
+
+def _gpu_by_uuid(store: Store, run: Run) -> int | None:
+    """The NVML index of the CUDA device the run reported (torch gives the UUID without NVML's "GPU-")."""
+    uuid = _bare_uuid((run.cuda_device or {}).get("uuid"))
+    if not uuid:
+        return None
+    for device in store.metadata.get("gpus") or []:
+        if isinstance(device, dict) and _bare_uuid(device.get("uuid")) == uuid and isinstance(device.get("index"), int):
+            return int(device["index"])
+    return None
+
+
+def _bare_uuid(value: object) -> str:
+    text = str(value or "").strip().lower()
+    return text.removeprefix("gpu-")
 
 
 def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_clock: float) -> list[int]:

@@ -75,7 +75,7 @@ def run_summary(run: Run) -> RunSummary:
         "agent_worker_pids": run.agent_worker_pids(),
         "checkpoints": len(run.checkpoints),
         "checkpoint_s": rounded(sum(c1 - c0 for c0, c1 in run.checkpoints), 3),
-        "device": run.device,
+        "device": run.device or (f"cuda:{run.cuda_device['index']}" if run.cuda_device else None),
         "ended": run.ended,
         "dropped_records": run.dropped_records,
         "argv": run.hello.get("argv"),

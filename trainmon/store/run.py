@@ -60,6 +60,7 @@ class Run:
     def __init__(self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000) -> None:
         self.id = run_id
         self.hello = hello
+        self.cuda_device: dict[str, Any] | None = None  # the CUDA device the training thread uses (index, uuid)
         self.first_seen = t
         self.last_seen = t
         self.connected = True
@@ -208,6 +209,8 @@ class Run:
             self.dropped_records = max(self.dropped_records, drops)
         if isinstance(bye := info.get("bye"), str):
             self.ended = bye[:32]
+        if isinstance(device := info.get("cuda_device"), dict):
+            self.cuda_device = device
 
     def _bounded(self, lid: int) -> int:
         return lid if lid in self.loaders or len(self.loaders) < MAX_LOADERS else 0
