@@ -52,3 +52,17 @@ def source_for():
     yield make
     for src in sources:
         src.close()
+
+
+@pytest.fixture
+def cuda_rig(monkeypatch):
+    """A manual clock shared by the agent's hot path and a fake GPU, a fake ``torch.cuda``, a clean buffer."""
+    from testsupport.fake_cuda import FakeCuda, FakeGpu, ManualClock, install
+    from trainmon.agent import _hot
+
+    clock = ManualClock()
+    monkeypatch.setattr(_hot, "_pc", clock)
+    cuda = install(monkeypatch, FakeCuda(FakeGpu(clock)))
+    _hot.reset_buffer()
+    yield clock, cuda
+    _hot.reset_buffer()

@@ -8,22 +8,16 @@ import threading
 
 import pytest
 
-from testsupport.fake_cuda import FakeCuda, FakeGpu, ManualClock, install
 from testsupport.stores import uniform_store
 from trainmon import protocol as P
-from trainmon.agent import _cuda, _hot
+from trainmon.agent import _cuda
 from trainmon.diagnose.evidence import gather, run_gpus
 from trainmon.metrics import GPU
 
 
 @pytest.fixture
-def cuda(monkeypatch):
-    clock = ManualClock()
-    monkeypatch.setattr(_hot, "_pc", clock)
-    fake = install(monkeypatch, FakeCuda(FakeGpu(clock)))
-    _hot.reset_buffer()
-    yield fake
-    _hot.reset_buffer()
+def cuda(cuda_rig):
+    return cuda_rig[1]
 
 
 def test_the_probe_reports_the_training_threads_device_once(cuda):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
-from testsupport.fake_cuda import MS, FakeCuda, FakeGpu, ManualClock, install
+from testsupport.fake_cuda import MS, FakeCuda, ManualClock, install
 from testsupport.procs import PY, child_env, report_json, start_recorder, stop
 from trainmon import protocol as P
 from trainmon.agent import _cuda, _hot
@@ -45,14 +45,8 @@ class _It:
 
 
 @pytest.fixture
-def rig(monkeypatch):
-    """A manual clock shared by the agent's hot path and the fake GPU, a fake cuda, a clean buffer."""
-    clock = ManualClock()
-    monkeypatch.setattr(_hot, "_pc", clock)
-    cuda = install(monkeypatch, FakeCuda(FakeGpu(clock)))
-    _hot.reset_buffer()
-    yield clock, cuda
-    _hot.reset_buffer()
+def rig(cuda_rig):
+    return cuda_rig
 
 
 def _records() -> list[tuple[int, int, int, int]]:

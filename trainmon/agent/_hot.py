@@ -63,8 +63,8 @@ def wrap_next_cuda(orig: Callable[[Any], Any], probe: Any) -> Callable[[Any], An
     begin, end, drop = probe.begin, probe.end, probe.drop
 
     def __next__(self: Any) -> Any:
+        pair = begin()  # event A first: the probe's own work stays out of the timed wait
         t0 = _pc()
-        pair = begin()
         try:
             batch = orig(self)
         except StopIteration:
