@@ -3,8 +3,16 @@
 `FakeNvml()` is a module-like object: the subset of the binding that trainmon.sources.nvml calls (for the GPU
 source, trainmon.sources.gpu), under the real names, with the real return types (ctypes structures, plain ints
 and strs, lists of samples) and the real error hierarchy (NVMLError(code) instantiates the NVMLError_<Name>
-subclass). Tests configure it through `devices`, `add_device`, `remove_device`, `fail`, `hide`,
+subclass). Tests configure it through `devices`, `add_device`, `remove_device`, `enable_mig`, `fail`, `hide`,
 `push_util_samples`, `push_process_samples` and read `calls` to see what was asked.
+
+MIG (A100, H100): `enable_mig(i, profiles)` puts GPU i in MIG mode with one MIG device per profile. As in NVML,
+MIG devices are not counted by nvmlDeviceGetCount nor reached by nvmlDeviceGetHandleByIndex: only through
+nvmlDeviceGetMigDeviceHandleByIndex on their parent. A MIG handle answers identity, memory and its own process
+list; every other query (utilisation, samples, per-process utilisation, power, clocks, PCIe, GPM) raises
+NVMLError_NotSupported. The parent in MIG mode keeps its power, temperature, clocks, PCIe and memory totals but
+has no utilisation, utilisation samples or per-process utilisation (NotSupported); its process list is the
+aggregate over its instances for a privileged caller only (else NVMLError_NoPermission).
 
 One module, as the binding it stands in for is one module: its constants, ctypes structures and error classes
 are looked up by name on the object a test hands to the source.
@@ -92,6 +100,9 @@ NVML_GPM_METRIC_DRAM_BW_UTIL = 10
 NVML_GPM_METRIC_MAX = 477
 NVML_GPM_METRICS_GET_VERSION = 1
 NVML_GPM_SUPPORT_VERSION = 1
+
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
 
 
 # ---------------------------------------------------------------- errors, generated like the binding's
@@ -236,6 +247,24 @@ class c_nvmlGpmSupport_t(Structure):
 
 # ---------------------------------------------------------------- the fake driver
 
+# What a MIG device handle answers (entry points without their _v2/_v3 suffix); anything else: NotSupported.
+_MIG_HANDLE_ANSWERS = frozenset(
+    {
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+    }
+)
+# What a GPU in MIG mode no longer answers (its instances share it): NotSupported.
+_MIG_MODE_UNSUPPORTED = frozenset(
+    {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetSamples", "nvmlDeviceGetProcessUtilization"}
+)
+
 # Module-level names the fake serves as attributes, like the binding's module namespace.
 _EXPORTED = ("NVML", "c_nvml", "struct_c_nvml", "nvmlClocksEventReason")
 
@@ -281,6 +310,19 @@ class FakeDevice:
     failures: dict[str, int] = field(default_factory=dict)  # function name → NVML error code
     lost: bool = False
     removed: bool = False
+    # MIG. On a parent: mode (None: the GPU has no MIG, nvmlDeviceGetMigMode raises NotSupported), how many MIG
+    # devices it can hold, its MIG devices by index (None: a free index). On a MIG device: its parent and ids.
+    mig_mode: int | None = None
+    mig_max: int = 7
+    migs: list[FakeDevice | None] = field(default_factory=list)
+    privileged: bool = False  # the caller may read the parent's aggregate process list in MIG mode
+    parent: FakeDevice | None = None
+    gpu_instance_id: int = 0xFFFFFFFF
+    compute_instance_id: int = 0xFFFFFFFF
+
+    @property
+    def is_mig(self) -> bool:
+        return self.parent is not None
 
 
 class FakeHandle:
@@ -334,6 +376,35 @@ class FakeNvml:
         dev = FakeDevice(**values)
         self.devices.append(dev)
         return dev
+
+    def enable_mig(
+        self, index: int, profiles: list[str], *, gpu_instance_ids: list[int] | None = None, **values: Any
+    ) -> list[FakeDevice]:
+        """Put GPU ``index`` (present order) in MIG mode with one MIG device per profile ("1g.10gb", "3g.40gb", …),
+        at MIG indices 0, 1, …; memory from the profile. Returns the MIG devices."""
+        parent = self._present()[index]
+        parent.mig_mode = NVML_DEVICE_MIG_ENABLE
+        gis = gpu_instance_ids or [k + 1 for k in range(len(profiles))]
+        parent.migs = []
+        for k, profile in enumerate(profiles):
+            gib = int(profile.partition(".")[2].removesuffix("gb") or 10)
+            n = self.devices.index(parent)
+            first = (0x2468ACE0 + 0x1010101 * (16 * n + k)) & 0xFFFFFFFF
+            uuid = f"MIG-{first:08x}-5ccf-b0a8-f93b-3247ae9e{n:02x}{k:02x}"
+            mig = FakeDevice(
+                **{
+                    "name": f"{parent.name} MIG {profile}",
+                    "uuid": uuid,
+                    "mem_total": gib * GIB,
+                    "mem_used": 0,
+                    "parent": parent,
+                    "gpu_instance_id": gis[k],
+                    "compute_instance_id": 0,
+                    **values,
+                }
+            )
+            parent.migs.append(mig)
+        return [m for m in parent.migs if m is not None]
 
     def remove_device(self, index: int) -> FakeDevice:
         dev = self._present()[index]
@@ -399,8 +470,19 @@ class FakeNvml:
         if not isinstance(handle, FakeHandle):
             self.calls[name] += 1
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        self._enter(name, handle.device)
-        return handle.device
+        dev = handle.device
+        if dev.parent is not None:
+            if dev.parent.removed or dev.parent.lost:  # a MIG device is lost with its GPU
+                self.calls[name] += 1
+                raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+            self._enter(name, dev)
+            if name.removesuffix("_v2").removesuffix("_v3") not in _MIG_HANDLE_ANSWERS:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return dev
+        self._enter(name, dev)
+        if dev.mig_mode == NVML_DEVICE_MIG_ENABLE and name in _MIG_MODE_UNSUPPORTED:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return dev
 
     # ---- init and enumeration
 
@@ -500,10 +582,19 @@ class FakeNvml:
 
     def _procs(self, name: str, handle: Any) -> list[Any]:
         dev = self._dev(name, handle)
+        if dev.mig_mode == NVML_DEVICE_MIG_ENABLE:
+            if not dev.privileged:
+                raise NVMLError(NVML_ERROR_NO_PERMISSION)
+            instances = [m for m in dev.migs if m is not None]
+        else:
+            instances = [dev]
         # The binding returns nvmlFriendlyObject: plain attributes, usedGpuMemory None where n/a.
         return [
-            SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-            for pid, used in dev.processes
+            SimpleNamespace(
+                pid=pid, usedGpuMemory=used, gpuInstanceId=d.gpu_instance_id, computeInstanceId=d.compute_instance_id
+            )
+            for d in instances
+            for pid, used in d.processes
         ]
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[Any]:
@@ -527,6 +618,50 @@ class FakeNvml:
         if not newer:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         return [c_nvmlProcessUtilizationSample_t(pid, ts, sm, mem, 0, 0) for pid, ts, sm, mem in newer]
+
+    # ---- MIG
+
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        dev = self._dev("nvmlDeviceGetMigMode", device)
+        if dev.mig_mode is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [dev.mig_mode, dev.mig_mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        dev = self._dev("nvmlDeviceGetMaxMigDeviceCount", device)
+        return dev.mig_max if dev.mig_mode == NVML_DEVICE_MIG_ENABLE else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> FakeHandle:
+        dev = self._dev("nvmlDeviceGetMigDeviceHandleByIndex", device)
+        if dev.mig_mode is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= index < dev.mig_max:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        mig = dev.migs[index] if dev.mig_mode == NVML_DEVICE_MIG_ENABLE and index < len(dev.migs) else None
+        if mig is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return FakeHandle(mig)
+
+    def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> c_uint:
+        return c_uint(int(self._dev("nvmlDeviceIsMigDeviceHandle", device).is_mig))
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> FakeHandle:
+        dev = self._dev("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", migDevice)
+        if dev.parent is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(dev.parent)
+
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        dev = self._dev("nvmlDeviceGetGpuInstanceId", device)
+        if dev.parent is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return dev.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        dev = self._dev("nvmlDeviceGetComputeInstanceId", device)
+        if dev.parent is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return dev.compute_instance_id
 
     # ---- GPM
 

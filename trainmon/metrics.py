@@ -148,6 +148,10 @@ GPM_METRIC_IDS: Final[Mapping[str, int]] = {
 }
 # The NVML fields, in the order a GPU source writes them.
 GPU_NVML_FIELDS: Final = tuple(f for f in GPU.fields if f not in GPM_METRIC_IDS)
+# MIG devices are GPUs of their own (ids after the NVML indices); NVML gives them no utilisation, and a GPU in
+# MIG mode none of its own: what every reader says instead of a value.
+MIG_NOTE: Final = "n/a on MIG"
+MIG_MODE_NOTE: Final = "n/a in MIG mode"
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,7 @@ PROC = Family(
         "runq_wait_ms_s": Field("ms/s", "time runnable but waiting for a core"),
         "gpu_mem_mb": Field("MiB", "GPU memory held (NVML, summed over GPUs)"),
         "gpu_sm_pct": _pct("SM share of the process's GPU (NVML)"),
-        "gpu_mask": Field("bitmask", "the GPUs the process holds memory on (bit i: NVML index i)"),
+        "gpu_mask": Field("bitmask", "the GPUs the process holds memory on (bit i: GPU id i, MIG devices included)"),
     },
 )
 # /proc/<pid>/io counters → the PROC fields their rates go to.

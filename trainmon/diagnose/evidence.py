@@ -106,7 +106,7 @@ def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
 
 
 def _gpu_by_uuid(store: Store, run: Run) -> int | None:
-    """The NVML index of the CUDA device the run reported (torch gives the UUID without NVML's "GPU-")."""
+    """The device id of the CUDA device the run reported (torch gives the UUID without NVML's "GPU-"/"MIG-")."""
     uuid = _bare_uuid((run.cuda_device or {}).get("uuid"))
     if not uuid:
         return None
@@ -118,7 +118,7 @@ def _gpu_by_uuid(store: Store, run: Run) -> int | None:
 
 def _bare_uuid(value: object) -> str:
     text = str(value or "").strip().lower()
-    return text.removeprefix("gpu-")
+    return text.removeprefix("gpu-").removeprefix("mig-")  # on a MIG device torch reports the MIG UUID
 
 
 def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_clock: float) -> list[int]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from trainmon.diagnose.window import quantile
-from trainmon.metrics import DISK, GPU, PROC, PYSPY, limiting_reasons
+from trainmon.metrics import DISK, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.report.schema import (
     AgentlessProcess,
@@ -79,14 +80,30 @@ def system_section(store: Store) -> SystemSection:
         throttle = store.series.get(GPU.key(idx, "throttle"))
         g["throttle_reasons"] = throttle_reasons(throttle.values) if throttle is not None else []
         gpus.append(g)
-    for g, info in zip(gpus, store.metadata.get("gpus") or [], strict=False):
-        if isinstance(info, dict):
+    infos = {i["index"]: i for i in store.metadata.get("gpus") or [] if isinstance(i, dict) and "index" in i}
+    for g in gpus:
+        if isinstance(info := infos.get(g["index"]), dict):
             g["name"] = info.get("name")
             g["uuid"] = info.get("uuid")
+            _mig_figures(g, info)
     out: SystemSection = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
     if not gpus:
         out["gpu_error"] = store.metadata.get("gpu_error") or "no GPU data was recorded"
     return out
+
+
+def _mig_figures(g: GpuFigures, info: dict[str, Any]) -> None:
+    """A MIG device names its GPU and instances; where NVML gave it (or its GPU in MIG mode) no utilisation, the
+    report says why beside the empty figures ("n/a on MIG"), never 0 %."""
+    note = ""
+    if isinstance(mig := info.get("mig"), dict):
+        g["mig"] = {k: mig.get(k) for k in ("parent", "slot", "gi", "ci")}
+        note = MIG_NOTE
+    elif info.get("mig_mode"):
+        g["mig_mode"] = True
+        note = MIG_MODE_NOTE
+    if note and g.get("util_percent_p50") is None:
+        g["util_note"] = note
 
 
 def process_figures(store: Store, run: Run) -> ProcessFigures:

@@ -4,7 +4,7 @@ Every failure is local: a call that fails makes only its own series NaN and reco
 (logged once per series and reason). A lost GPU turns only that device's series NaN. Without a driver or a
 GPU the whole source is unavailable, `error` says why in one line, and `sample()` returns {}.
 
-This module samples: devices, series, GPM sample pairs, processes, lost GPUs. The device records, process
+This module samples: devices (GPUs and their MIG devices), series, GPM sample pairs, processes, lost GPUs. The device records, process
 merging and CUDA_VISIBLE_DEVICES parsing are in `trainmon.sources.gpu_devices`; the binding, its return codes and
 how failures become n/a reasons in `trainmon.sources.nvml`; the series names in `trainmon.metrics`. It runs past
 400 lines because every NVML read works on one device list under one lock, inside the one `GpuSource` class.
@@ -21,7 +21,7 @@ from typing import Any
 
 from trainmon.metrics import GPM_METRIC_IDS, GPU
 from trainmon.numbers import NAN, is_nan
-from trainmon.sources.gpu_devices import Device, Gpm, merge_processes, parse_visible
+from trainmon.sources.gpu_devices import Device, Gpm, Mig, merge_processes, parse_visible
 from trainmon.sources.nvml import (
     FAIL,
     FUNCTIONS,
@@ -81,7 +81,8 @@ class GpuSource:
         self.unresolved_visible: list[str] = []
         self._initialized = False
         self._lock = threading.Lock()
-        self._devices: list[Device] = []
+        self._devices: list[Device] = []  # the GPUs (id = NVML index), then their MIG devices
+        self._gpu_count = 0  # how many of them are GPUs
         self._visible: set[int] | None = None
         self._exceptions_logged: set[str] = set()
         self._init(nvml_module)
@@ -112,12 +113,21 @@ class GpuSource:
             self.error = f"GPU source setup failed: {type(e).__name__}: {error_text(e)}"
 
     def _enumerate(self, count: int, now: float) -> None:
-        """(Re)build the device list: handles are looked up here once and cached."""
+        """(Re)build the device list: handles are looked up here once and cached. MIG devices come after the
+        GPUs, numbered on from ``count`` (see `trainmon.sources.gpu_devices`)."""
         for d in self._devices:
             self._free_gpm(d)
         for key in [k for k in self._reasons if k.startswith(GPU.prefix)]:
             del self._reasons[key]  # in place: the binding holds the same dict
-        self._devices = [self._open_device(i, now) for i in range(count)]
+        gpus = [self._open_device(i, now) for i in range(count)]
+        migs: list[Device] = []
+        for gpu in gpus:
+            for slot in self._mig_slots(gpu):
+                mig = self._open_mig(gpu, slot, count + len(migs), now)
+                if mig is not None:
+                    migs.append(mig)
+        self._devices = gpus + migs
+        self._gpu_count = count
         if count == 0:
             self.error = "NVML sees no GPU"
         elif self.error == "NVML sees no GPU":
@@ -134,10 +144,53 @@ class GpuSource:
             self._lose(d, self._reasons.pop(d.prefix + "handle", "no device handle"), now)
         return d
 
+    def _mig_slots(self, gpu: Device) -> range:
+        """The MIG indices to look at on a GPU in MIG mode (none for other GPUs); marks the GPU as in MIG mode."""
+        if gpu.handle is None or gpu.lost is not None:
+            return range(0)
+        try:
+            mode = self._call(gpu, "mig_mode", (), gpu.handle, log_level=logging.DEBUG)
+            if mode is FAIL or not mode or int(mode[0]) != 1:
+                return range(0)
+            count = self._call(gpu, "mig_count", (), gpu.handle, log_level=logging.DEBUG)
+        except DeviceLost as e:
+            self._lose(gpu, e.reason, self._now)
+            return range(0)
+        finally:  # no MIG is not a failure: no reason left behind
+            self._reasons.pop(gpu.prefix + "mig_mode", None)
+            self._reasons.pop(gpu.prefix + "mig_count", None)
+        gpu.mig_mode = True
+        return range(int(count)) if count is not FAIL else range(0)
+
+    def _open_mig(self, gpu: Device, slot: int, index: int, now: float) -> Device | None:
+        """MIG device ``slot`` of ``gpu`` as device ``index``, or None where that MIG index holds none."""
+        handle = None
+        if gpu.handle is not None and gpu.lost is None:
+            try:
+                handle = self._call(gpu, "mig_handle", (), gpu.handle, slot, not_found=None)
+            except DeviceLost as e:
+                self._lose(gpu, e.reason, now)
+            self._reasons.pop(gpu.prefix + "mig_handle", None)
+        if handle is None or handle is FAIL:
+            return None
+        gi = self._call(gpu, "gpu_instance", (), handle, log_level=logging.DEBUG)
+        ci = self._call(gpu, "compute_instance", (), handle, log_level=logging.DEBUG)
+        self._reasons.pop(gpu.prefix + "gpu_instance", None)
+        self._reasons.pop(gpu.prefix + "compute_instance", None)
+        d = Device(index, None, Mig(gpu.index, slot, None if gi is FAIL else int(gi), None if ci is FAIL else int(ci)))
+        try:
+            self._identify(d, handle)
+        except DeviceLost as e:
+            self._lose(d, e.reason, now)
+        return d
+
     def _open_handle(self, d: Device) -> None:
         handle = self._call(d, "handle", (), d.index)
         if handle is FAIL:
             return
+        self._identify(d, handle)
+
+    def _identify(self, d: Device, handle: Any) -> None:
         d.handle = handle
         name = self._call(d, "name", (), handle)
         d.name = name if isinstance(name, str) else ("" if name is FAIL else as_str(name))
@@ -146,7 +199,10 @@ class GpuSource:
         mem = self._call(d, "memory", (d.keys["mem_total_mb"],), handle)
         if mem is not FAIL:
             d.mem_total_mb = mem.total / MIB
-        self._open_gpm(d)
+        if d.mig is not None:
+            d.gpm_status = "not read per MIG device (the GPU's own GPM figures cover all its MIG devices)"
+        else:
+            self._open_gpm(d)
 
     def _open_gpm(self, d: Device) -> None:
         support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
@@ -197,11 +253,20 @@ class GpuSource:
         self._binding.log_once(d.prefix.rstrip("."), reason, logging.WARNING)
 
     def _retry_lost(self, pos: int, d: Device, now: float) -> Device:
-        """A lost device is opened afresh every few seconds; a dead GPU can make each call slow."""
+        """A lost device is opened afresh every few seconds; a dead GPU can make each call slow. A MIG device
+        is opened again through its GPU once that answers (GPUs come first in the list: retried first)."""
         if now - d.lost_probe_t < LOST_PROBE_INTERVAL_S:
             return d
         self._free_gpm(d)
-        fresh = self._open_device(d.index, now)
+        if d.mig is not None:
+            gpu = self._devices[d.mig.parent]
+            fresh = self._open_mig(gpu, d.mig.slot, d.index, now) if gpu.lost is None else None
+            if fresh is None:
+                d.lost_probe_t = now
+                return d
+        else:
+            fresh = self._open_device(d.index, now)
+            fresh.mig_mode = d.mig_mode
         self._devices[pos] = fresh
         if fresh.lost is None:
             log.warning("gpu.%d answers again", d.index)
@@ -224,8 +289,8 @@ class GpuSource:
             self._now = now
             try:
                 count = self._binding.device_count()
-                if count is not None and count != len(self._devices):
-                    log.info("GPU count changed: %d → %d, re-enumerating", len(self._devices), count)
+                if count is not None and count != self._gpu_count:
+                    log.info("GPU count changed: %d → %d, re-enumerating", self._gpu_count, count)
                     self._enumerate(count, now)
                 for pos, d in enumerate(self._devices):
                     if d.lost is not None:
@@ -355,7 +420,8 @@ class GpuSource:
         A process on several GPUs is reported on the one where it holds the most memory ("gpu", "sm_pct")
         with its memory summed over all of them. sm_pct is 0 for a process NVML lists without utilisation
         samples (it launched nothing since the last call) and NaN where per-process utilisation is n/a (MIG,
-        older GPUs). PIDs are NVML's, i.e. of the host PID namespace.
+        older GPUs). PIDs are NVML's, i.e. of the host PID namespace. A GPU in MIG mode lists nothing itself:
+        each of its MIG devices lists its own processes.
         """
         with self._lock:
             if not self._initialized:
@@ -375,6 +441,8 @@ class GpuSource:
                 return {}
 
     def _device_processes(self, d: Device) -> dict[int, tuple[float, float]]:
+        if d.mig_mode:
+            return {}  # listed per MIG device (the GPU's own list is their sum, and only for the privileged)
         procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
         if procs is FAIL:
             return {}
@@ -404,10 +472,12 @@ class GpuSource:
     # ------------------------------------------------------------------ devices and visibility
 
     def devices(self) -> list[dict[str, Any]]:
-        """index, name, uuid, mem_total_mb, visible (to the job, per the last `resolve_visible`), lost."""
+        """index, name, uuid, mem_total_mb, visible (to the job, per the last `resolve_visible`), lost; for a MIG
+        device "mig" (its GPU's index, MIG index, GPU and compute instance ids), for a GPU in MIG mode "mig_mode"."""
         with self._lock:
-            return [
-                {
+            out = []
+            for d in self._devices:
+                entry: dict[str, Any] = {
                     "index": d.index,
                     "name": d.name,
                     "uuid": d.uuid,
@@ -415,8 +485,12 @@ class GpuSource:
                     "visible": self._visible is None or d.index in self._visible,
                     "lost": d.lost,
                 }
-                for d in self._devices
-            ]
+                if d.mig is not None:
+                    entry["mig"] = d.mig.as_json()
+                if d.mig_mode:
+                    entry["mig_mode"] = True
+                out.append(entry)
+            return out
 
     def gpm_status(self) -> dict[int, str]:
         """Device index → "ok" or why GPM metrics are absent."""
@@ -424,13 +498,14 @@ class GpuSource:
             return {d.index: d.gpm_status for d in self._devices}
 
     def resolve_visible(self, cuda_visible_devices: str | None) -> list[int]:
-        """Physical NVML indices named by a CUDA_VISIBLE_DEVICES value, in CUDA's order. NVML only, no CUDA.
+        """Device ids named by a CUDA_VISIBLE_DEVICES value, in CUDA's order. NVML only, no CUDA.
 
         Follows CUDA's parsing: unset means all, "" means none, the list ends at the first entry that names no
-        device ("0,-1,1" is just [0]). Entries are indices or GPU UUIDs ("GPU-…", any unique prefix). MIG
-        UUIDs are left out and listed in `unresolved_visible`. Indices are taken as PCI-bus order, which is
-        CUDA's order only with CUDA_DEVICE_ORDER=PCI_BUS_ID or identical GPUs. The result is remembered as the
-        job's devices for `devices()`.
+        device ("0,-1,1" is just [0]). Entries are indices or GPU UUIDs ("GPU-…", any unique prefix), or MIG
+        devices ("MIG-<uuid>" or "MIG-GPU-<uuid>/<gi>/<ci>"); a MIG entry that names no MIG device present is
+        left out and listed in `unresolved_visible`. Indices are taken as PCI-bus order, which is CUDA's order
+        only with CUDA_DEVICE_ORDER=PCI_BUS_ID or identical GPUs. The result is remembered as the job's devices
+        for `devices()`.
         """
         with self._lock:
             self.unresolved_visible = []

@@ -1,12 +1,19 @@
 """What the GPU source keeps of each GPU, and the pure parts of reading them: merging one process's usage
-over several GPUs, and CUDA_VISIBLE_DEVICES parsing."""
+over several GPUs, and CUDA_VISIBLE_DEVICES parsing.
+
+MIG: each MIG device (an A100/H100 slice a job sees as its own GPU) is a device of its own, with an id after the
+physical GPUs' NVML indices (GPUs 0-7 and their MIG devices 8, 9, …, in order of GPU and MIG index). A process's
+GPUs are kept as a float bitmask (``trainmon.metrics.gpu_mask``): ids from 53 on (eight GPUs cut in seven) do not
+fit, and a run on one of those is found by the CUDA device UUID its agent reports.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from trainmon.metrics import GPM_METRIC_IDS, GPU, GPU_NVML_FIELDS
+from trainmon.metrics import GPM_METRIC_IDS, GPU, GPU_NVML_FIELDS, MIG_MODE_NOTE, MIG_NOTE
 from trainmon.numbers import NAN, is_nan
 
 
@@ -22,11 +29,26 @@ class Gpm:
         self.values = dict.fromkeys(GPM_METRIC_IDS, NAN)
 
 
-class Device:
-    """One GPU as NVML showed it: handle, identity, permanent failures, GPM buffers, the series it writes."""
+@dataclass(frozen=True)
+class Mig:
+    """Where a MIG device sits: its GPU (NVML index), its MIG index there, its GPU and compute instance ids."""
 
-    def __init__(self, index: int, handle: Any) -> None:
+    parent: int
+    slot: int
+    gpu_instance: int | None
+    compute_instance: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"parent": self.parent, "slot": self.slot, "gi": self.gpu_instance, "ci": self.compute_instance}
+
+
+class Device:
+    """One GPU (or MIG device) as NVML showed it: handle, identity, permanent failures, GPM buffers, its series."""
+
+    def __init__(self, index: int, handle: Any, mig: Mig | None = None) -> None:
         self.index = index
+        self.mig = mig
+        self.mig_mode = False  # a GPU in MIG mode: its MIG devices carry utilisation and processes, not it
         self.handle = handle
         self.prefix = GPU.id_prefix(index)
         self.keys = GPU.keys(index)
@@ -43,20 +65,29 @@ class Device:
         self.gpm_status = "not checked"
         self.series = [self.keys[m] for m in GPU_NVML_FIELDS]
 
+    @property
+    def unsupported_note(self) -> str:
+        """What a "Not Supported" from NVML means on this device: MIG devices and GPUs in MIG mode lack figures."""
+        return MIG_NOTE if self.mig is not None else MIG_MODE_NOTE if self.mig_mode else ""
+
     def set_gpm(self, gpm: Gpm | None) -> None:
         self.gpm = gpm
         self.series = [self.keys[m] for m in (*GPU_NVML_FIELDS, *(GPM_METRIC_IDS if gpm is not None else ()))]
 
 
 def parse_visible(value: str, present: list[Device]) -> tuple[list[int], list[str]]:
-    """NVML indices named by a CUDA_VISIBLE_DEVICES value (see `GpuSource.resolve_visible`), and the MIG UUIDs
-    left unresolved."""
+    """Device ids named by a CUDA_VISIBLE_DEVICES value (see `GpuSource.resolve_visible`), and the MIG entries
+    that name no MIG device present."""
     result: list[int] = []
     unresolved: list[str] = []
     for raw in value.split(","):
         tok = raw.strip()
         if tok.upper().startswith("MIG-"):
-            unresolved.append(tok)
+            mig = _match_mig(tok, present)
+            if mig is None:
+                unresolved.append(tok)
+            elif mig not in result:
+                result.append(mig)
             continue
         index = _match_device(tok, present)
         if index is None or index in result:
@@ -74,7 +105,28 @@ def _match_device(tok: str, present: list[Device]) -> int | None:
     want = tok.upper()
     if not want.startswith("GPU-"):
         want = "GPU-" + want
-    hits = [d.index for d in present if d.uuid and d.uuid.upper().startswith(want)]
+    hits = [d.index for d in present if d.mig is None and d.uuid and d.uuid.upper().startswith(want)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _match_mig(tok: str, present: list[Device]) -> int | None:
+    """The MIG device named "MIG-<uuid>" (or a unique prefix), or in the older "MIG-GPU-<uuid>/<gi>/<ci>" form."""
+    want = tok.upper()
+    migs = [d for d in present if d.mig is not None]
+    if want.startswith("MIG-GPU-"):
+        gpu, _, rest = want.removeprefix("MIG-").partition("/")
+        gi, _, ci = rest.partition("/")
+        parents = {d.index for d in present if d.mig is None and d.uuid.upper() == gpu}
+        hits = [
+            d.index
+            for d in migs
+            if d.mig is not None
+            and d.mig.parent in parents
+            and str(d.mig.gpu_instance) == gi
+            and str(d.mig.compute_instance) == ci
+        ]
+    else:
+        hits = [d.index for d in migs if d.uuid and d.uuid.upper().startswith(want)]
     return hits[0] if len(hits) == 1 else None
 
 

@@ -66,6 +66,11 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "gpm_sample": ("nvmlGpmSampleGet",),
     "gpm_metrics": ("nvmlGpmMetricsGet",),
     "gpm_free": ("nvmlGpmSampleFree",),
+    "mig_mode": ("nvmlDeviceGetMigMode",),
+    "mig_count": ("nvmlDeviceGetMaxMigDeviceCount",),
+    "mig_handle": ("nvmlDeviceGetMigDeviceHandleByIndex",),
+    "gpu_instance": ("nvmlDeviceGetGpuInstanceId",),
+    "compute_instance": ("nvmlDeviceGetComputeInstanceId",),
 }
 
 # On the first read the driver hands back its whole sample buffer; only the newest second describes "now".
@@ -94,6 +99,11 @@ class CallSite(Protocol):
 
     prefix: str
     skip: dict[str, str]  # function key → reason, for permanent failures
+
+    @property
+    def unsupported_note(self) -> str:
+        """What "Not Supported" means here ("n/a on MIG"), or "" where it needs no explaining."""
+        ...
 
 
 class NvmlBinding:
@@ -199,7 +209,11 @@ class NvmlBinding:
                     return not_found  # "no samples newer than the timestamp": not a failure
                 if code in LOST:
                     raise DeviceLost(LOST[code]) from None
-                self._fail(site, key, series, f"{error_text(e)} ({fn_name})", code in PERMANENT, log_level)
+                reason = f"{error_text(e)} ({fn_name})"
+                note = site.unsupported_note if code == NOT_SUPPORTED else ""
+                if note:  # expected on MIG: said once, quietly, with what it means
+                    reason, log_level = f"{note}: {reason}", logging.DEBUG
+                self._fail(site, key, series, reason, code in PERMANENT, log_level)
                 return FAIL
             except self._mismatch_cls as e:  # pynvml's unversioned wrapper over a missing symbol
                 if len(fns) > 1:

@@ -26,6 +26,7 @@ from trainmon.tui.charts import (
 from trainmon.tui.lines import Geometry, Line, Track, plain
 from trainmon.tui.theme import Glyphs
 from trainmon.view import Frame, RunView
+from trainmon.view.frames import GpuView
 
 PANES = ("training", "gpu", "cpu", "disk", "procs")
 WAIT = Layer("wait", "█", "#")
@@ -226,6 +227,9 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
     tracks = []
     for g in frame.gpus:
         height = size.rows(full_rows, 1)
+        if g.util_note:
+            tracks.append(_mig_track(g, frame, glyphs, height))
+            continue
         util, swing = _cols(g.util, frame), _cols(g.util_max, frame)
         swing = [max(0.0, m - u) if finite(m) and finite(u) else float("nan") for u, m in zip(util, swing, strict=True)]
         rows = bars([util, swing], [UTIL, SWING], 100.0, height, glyphs)
@@ -276,11 +280,48 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
                 if height >= 4
                 else ([util_line, mem_line, extra if (g.throttle or g.gpm) else pcie_line][:height])
             )
-        tracks.append(Track([f"GPU{g.index}", "util%"][:height], rows, values))
-    names = sorted({g.name for g in frame.gpus if g.name})
+        tracks.append(Track([g.label or f"GPU{g.index}", "util%"][:height], rows, values))
+    names = sorted({g.name for g in frame.gpus if g.name and g.mig_of is None})
     if names:
         title += [_lbl(" · " + ", ".join(names))]
+    migs = sum(1 for g in frame.gpus if g.mig_of is not None)
+    if migs:
+        title += [_lbl(f" · {migs} MIG device{'s' if migs > 1 else ''}")]
     return title, tracks
+
+
+def _mig_track(g: GpuView, frame: Frame, glyphs: Glyphs, height: int) -> Track:
+    """A MIG device, or a GPU in MIG mode: NVML gives no utilisation, so the chart is memory and the figure says
+    why there is none (never 0 %)."""
+    v = g.values
+    rows = bars([_cols(g.mem_pct, frame)], [UTIL], 100.0, height, glyphs)
+    mem = f"{fmt_mb(v.get('mem_used_mb'))}/{fmt_mb(v.get('mem_total_mb'))}"
+    util_line: Line = [_lbl("util "), ("n/a", "dim", True), _lbl(g.util_note.removeprefix("n/a"))]
+    if g.gpm:
+        util_line += [_lbl(" · sm "), _val(fmt_pct(g.gpm.get("sm_active")))]
+    mem_line: Line = [_lbl("mem "), _val(mem)]
+    if g.mig_of is not None:
+        where: Line = [_lbl(f"{g.mig_profile + ' ' if g.mig_profile else ''}on GPU{g.mig_of}")]
+    else:
+        power = f"{fmt_num(v.get('power_w'), 0)}/{fmt_num(v.get('power_limit_w'), 0)}W"
+        mem_line += [_lbl(" · pwr "), _val(power)]
+        where = (
+            [("throttled: ", "warning", True), (", ".join(g.throttle), "warning", False)]
+            if g.throttle
+            else [_lbl("pcie h2d "), _val(fmt_rate(v.get("pcie_rx_mb_s"))), _lbl(" · "), _val(_temp(v))]
+        )
+    if height == 1:
+        values: list[Line] = [
+            [("n/a", "dim", True), _lbl(g.util_note.removeprefix("n/a") + " "), _val(mem)]
+            + ([_lbl(f" {g.mig_profile}")] if g.mig_profile else [])
+        ]
+    else:
+        values = [util_line, mem_line, where][:height]
+    return Track([g.label or f"GPU{g.index}", "mem%"][:height], rows, values)
+
+
+def _temp(v: dict[str, float]) -> str:
+    return f"{v['temp_c']:.0f}°C" if finite(v.get("temp_c")) else "n/a"
 
 
 # ---------------------------------------------------------------- CPU and memory

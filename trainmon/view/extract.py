@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainmon.labels import loader_summary
-from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, PROC, PYSPY, limiting_reasons
+from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
@@ -64,10 +64,14 @@ def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float)
 
 
 def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[GpuView]:
-    names = {}
+    names, migs, mig_mode = {}, {}, set()
     for d in store.metadata.get("gpus") or []:
         if isinstance(d, dict) and isinstance(d.get("index"), int):
             names[d["index"]] = str(d.get("name") or "")
+            if isinstance(mig := d.get("mig"), dict) and isinstance(mig.get("parent"), int):
+                migs[d["index"]] = (mig["parent"], mig.get("slot"))
+            if d.get("mig_mode"):
+                mig_mode.add(d["index"])
     out = []
     for idx in store.index().int_ids(GPU, "util"):
 
@@ -100,7 +104,15 @@ def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> li
         bits = value_at(s("throttle"), t, hold)
         throttle = [] if is_nan(bits) else [r.short for r in limiting_reasons(int(bits))]
         gpm = {k.removeprefix("gpm."): v for k in GPM_METRIC_IDS if not is_nan(v := value_at(s(k), t, hold))}
-        out.append(GpuView(idx, names.get(idx, ""), util, util_max, mem_pct, values, throttle, gpm))
+        view = GpuView(idx, names.get(idx, ""), util, util_max, mem_pct, values, throttle, gpm, f"GPU{idx}")
+        if idx in migs:
+            view.mig_of, slot = migs[idx]
+            view.label = f"MIG{view.mig_of}.{slot}"
+            view.mig_profile = view.name.rpartition(" MIG ")[2] if " MIG " in view.name else ""
+        no_util = not known(util) and is_nan(values["util"])
+        if no_util and (idx in migs or idx in mig_mode):
+            view.util_note = MIG_NOTE if idx in migs else MIG_MODE_NOTE
+        out.append(view)
     return out
 
 

@@ -93,6 +93,10 @@ class GpuView:
     values: dict[str, float]
     throttle: list[str]
     gpm: dict[str, float]
+    label: str = ""  # "GPU0"; a MIG device: "MIG0.1" (MIG index 1 of GPU 0)
+    util_note: str = ""  # why NVML gives no utilisation: "n/a on MIG", "n/a in MIG mode"
+    mig_of: int | None = None  # a MIG device's GPU
+    mig_profile: str = ""  # "3g.40gb"
 
 
 @dataclass
