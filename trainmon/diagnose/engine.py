@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainmon.diagnose import rules
+from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding, headline
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, host_window, run_window
+from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run_window
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
@@ -23,10 +26,21 @@ NO_AGENT = Finding(
 )
 
 
-def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Finding]:
-    """All findings that hold at time ``t``, best-ranked first (pure: reads the store only)."""
+def evaluate(
+    store: Store,
+    t: float,
+    th: Thresholds | None = None,
+    *,
+    since: float | None = None,
+    changes: list[Change] | None = None,
+) -> list[Finding]:
+    """All findings that hold at time ``t``, best-ranked first (pure: reads the store only).
+
+    Live (``since`` None): each run's window is its last ``window_s``, or the steps since a change inside it
+    (``trainmon.diagnose.change``), whose Change is appended to ``changes``. With ``since``: the steps and
+    samples of [since, t] exactly, the steps of the loader that fed most of them (a report's phase)."""
     th = th or Thresholds()
-    t0 = t - th.window_s
+    t0 = t - th.window_s if since is None else since
     findings: list[Finding] = []
     judged = 0
     jobs: dict[tuple[Any, ...], list[RunWindow]] = defaultdict(list)
@@ -36,7 +50,12 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
         for run in list(store.runs.values()):
             if run.first_seen > t:
                 continue
-            w = run_window(run, t0, t, min_steps=th.window_steps)
+            if since is None:
+                w, change = live_window(run, t0, t, th)
+                if change is not None and changes is not None:
+                    changes.append(change)
+            else:
+                w = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t))
             if w.steps == 0 and (not run.connected or run.last_seen < t0):
                 continue  # ended before this window, or never stepped in it
             if (f := rules.checkpoint_stall(w, th)) is not None:
@@ -85,16 +104,19 @@ def evaluate(store: Store, t: float, th: Thresholds | None = None) -> list[Findi
 
 @dataclass
 class VerdictTracker:
-    """Hysteresis: the shown verdict changes only once a new headline code has held ``hold_s``."""
+    """Hysteresis: the shown verdict changes only once a new headline code has held ``hold_s``, or
+    ``change_hold_s`` when a run's live window was cut at a change since the shown verdict began (the
+    new cause is judged on the steps after the change alone, so it needs no long hold to be trusted)."""
 
     hold_s: float = 3.0
+    change_hold_s: float = 1.0
     current: Finding | None = None
     since: float | None = None
     _candidate: str | None = None
     _candidate_since: float = 0.0
     changes: list[tuple[float, str]] = field(default_factory=list)
 
-    def update(self, t: float, findings: list[Finding]) -> Finding | None:
+    def update(self, t: float, findings: list[Finding], changes: Sequence[Change] = ()) -> Finding | None:
         top = headline(findings)
         if top is None:
             return self.current
@@ -107,7 +129,11 @@ class VerdictTracker:
             if self._candidate != top.code:
                 self._candidate = top.code
                 self._candidate_since = t
-            if t - self._candidate_since >= self.hold_s:
+            hold = self.hold_s
+            since = self.since if self.since is not None else -math.inf
+            if top.code != "insufficient_data" and any(c.t > since for c in changes):
+                hold = min(hold, self.change_hold_s)
+            if t - self._candidate_since >= hold:
                 self._switch(self._candidate_since, top)
         return self.current
 

@@ -45,3 +45,11 @@ class Thresholds:
     straggler_wait_gap: float = 0.10  # a rank waits this share of the step more than the others
     straggler_step_ratio: float = 1.25  # unsynchronised ranks: step time this much above the others
     hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
+    change_hold_s: float = 1.0  # ... or this long after a change the live window was cut at
+    change_min_steps: int = 10  # a live change needs this many steps on either side of it
+    change_min_s: float = 1.0  # ... and this many seconds after it
+    change_wait: float = 0.10  # a change in the data-wait share this large is material
+    change_step_ratio: float = 1.5  # so is a step time this many times longer or shorter
+    change_z: float = 4.5  # rank statistic of a change, in standard deviations (scanned over every split)
+    phase_min_s: float = 5.0  # a report's phases last at least this long
+    headline_share: float = 0.25  # a cause headlining this share of the steady state may head the report

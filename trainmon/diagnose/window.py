@@ -128,6 +128,20 @@ class RunWindow:
         exposed = self.exposed_fraction
         return self.wait_fraction if is_nan(exposed) else exposed
 
+    def loader_since(self) -> float:
+        """Start of the first step of this window's loader after another loader's steps in the window (the job
+        switched DataLoaders inside it); nan when none precede it."""
+        if self._rows is None or self._rows[3] is None:
+            return math.nan
+        steps, first, stop, _ = self._rows
+        offset = steps.total - len(steps)
+        i, j = max(0, first - offset), max(0, stop - offset)
+        if j <= i:
+            return math.nan
+        ours = bytes(map((self.loader_id or 0).__eq__, steps.loader[i:j]))
+        k = ours.rfind(0)
+        return steps.start[i + k + 1] if 0 <= k < j - i - 1 else math.nan
+
     def overlaps_checkpoint(self, s: float, e: float) -> bool:
         return any(c0 < e and c1 > s for c0, c1 in self.checkpoint_spans)
 
@@ -157,26 +171,51 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
-def run_window(run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0) -> RunWindow:
-    """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``.
+def run_window(
+    run: Run,
+    t0: float,
+    t1: float,
+    min_steps: int = 20,
+    max_lookback_s: float = 120.0,
+    *,
+    loader: int | None = None,
+    memo: bool = True,
+) -> RunWindow:
+    """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``. The steps of
+    ``loader`` (a loader id), by default those of the loader feeding the latest steps.
 
     Memoised per run (steps so far, window): the engine and the status line ask for the same window
-    every tick. Windows are read-only for their users. The memo holds runs weakly, so a run the store
-    forgets takes its latest window (and its step table) with it.
+    every tick (``memo=False`` for another window that should not displace it). Windows are read-only for
+    their users. The memo holds runs weakly, so a run the store forgets takes its latest window (and its step
+    table) with it.
     """
-    key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s)
+    key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s, loader)
     hit = _latest_window.get(run)
     if hit is not None and hit[0] == key:
         return hit[1]
-    w = _compute_window(run, t0, t1, min_steps, max_lookback_s)
-    _latest_window[run] = (key, w)
+    w = _compute_window(run, t0, t1, min_steps, max_lookback_s, loader)
+    if memo:
+        _latest_window[run] = (key, w)
     return w
+
+
+def busiest_loader(run: Run, t0: float, t1: float) -> int | None:
+    """The loader that fed the most steady steps ending in [t0, t1] (None when none did)."""
+    steps = run.steps
+    i, j = steps.index_range(t0, t1)
+    counts: dict[int, int] = {}
+    for lid, warm in zip(steps.loader[i:j], steps.warm[i:j], strict=True):
+        if not warm:
+            counts[lid] = counts.get(lid, 0) + 1
+    return max(counts, key=lambda lid: counts[lid]) if counts else None
 
 
 _latest_window: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], RunWindow]] = weakref.WeakKeyDictionary()
 
 
-def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback_s: float) -> RunWindow:
+def _compute_window(
+    run: Run, t0: float, t1: float, min_steps: int, max_lookback_s: float, loader: int | None = None
+) -> RunWindow:
     steps = run.steps
     i, j = steps.index_range(t0, t1)
     if j - i < min_steps:
@@ -191,7 +230,7 @@ def _compute_window(run: Run, t0: float, t1: float, min_steps: int, max_lookback
     w = RunWindow(run, steps.start[i] if j > i else t0, t1)
     if j > i:
         # Judge the loader feeding the latest steps: after a switch, the old loader's steps are history.
-        current = steps.loader[j - 1]
+        current = steps.loader[j - 1] if loader is None else loader
         w.loader_id = current or None
         _fill(w, steps, i, j, current)
     for c0, c1 in run.checkpoints:

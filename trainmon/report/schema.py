@@ -91,14 +91,19 @@ class FindingDict(TypedDict):
 
 
 class HeldFinding(FindingDict):
-    """A finding other than the verdict, with how long it was the shown verdict."""
+    """A finding with the seconds it held over the report's phases (as the headline or beside it)."""
 
     held_s: float
 
 
 class TimelineEntry(TypedDict):
+    """One phase: from ``t`` to ``end`` (seconds from the start), judged over its own steps."""
+
     t: float
     code: str
+    end: float
+    severity: str
+    summary: str
 
 
 class MemoryFigures(TypedDict):
@@ -158,7 +163,7 @@ class Report(_ReportOptional):
     trainmon_report: int
     duration_s: float
     runs: list[RunRow]
-    verdict: FindingDict
+    verdict: HeldFinding
     findings: list[HeldFinding]
     timeline: list[TimelineEntry]
     system: SystemSection

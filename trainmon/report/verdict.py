@@ -1,16 +1,25 @@
-"""The report's verdict: the rules replayed over the whole recording, weighed by how long each cause held."""
+"""The report's verdict: the recording cut into phases, the rules judged over each phase's own steps, and the
+headline weighed by severity and time.
+
+A phase starts wherever the training's behaviour changed (``trainmon.diagnose.phases``) and lasts at least
+``phase_min_s``; neighbours with the same verdict are one phase. The headline is the worst cause that headed
+phases for at least ``headline_share`` of the steady state (the longest held among those of that severity),
+else the cause that headed the longest. Every finding carries the seconds it held, headline or not.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from trainmon.diagnose.engine import VerdictTracker, evaluate
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.engine import evaluate
+from trainmon.diagnose.findings import SEVERITIES, Finding, headline
+from trainmon.diagnose.phases import bin_width, features, segment, steady_span
 from trainmon.diagnose.rules import Thresholds
-from trainmon.report.schema import FindingDict, HeldFinding, TimelineEntry
+from trainmon.report.schema import HeldFinding, TimelineEntry
 from trainmon.store.store import Store
 
-MAX_EVALUATIONS = 900
+MAX_MERGES = 50
 NO_STEPS = Finding(
     "insufficient_data",
     "ok",
@@ -21,65 +30,131 @@ NO_STEPS = Finding(
 
 
 @dataclass
+class Phase:
+    start: float
+    end: float
+    findings: list[Finding]  # everything that held over the phase, best-ranked first
+
+    @property
+    def top(self) -> Finding:
+        return headline(self.findings) or NO_STEPS
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
 class Judgement:
-    verdict: FindingDict
-    findings: list[HeldFinding]  # every other cause seen, worst first
-    timeline: list[TimelineEntry]  # each change of the shown verdict, seconds from the start
+    verdict: HeldFinding
+    findings: list[HeldFinding]  # every other cause that held, worst first
+    timeline: list[TimelineEntry]  # every phase, seconds from the start
 
 
-def finding_dict(f: Finding) -> FindingDict:
+def finding_dict(f: Finding, held_s: float) -> HeldFinding:
     return {
         "code": f.code,
         "severity": f.severity,
         "summary": f.summary,
         "advice": list(f.advice),
         "evidence": dict(f.evidence),
+        "held_s": round(held_s, 1),
     }
 
 
 def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
-    """Evaluate the rules at up to MAX_EVALUATIONS times from ``first`` to ``end``.
-
-    The verdict is the cause shown longest (``insufficient_data`` only when nothing else was ever shown).
-    """
-    tracker = VerdictTracker(hold_s=th.hold_s)
-    held: dict[str, float] = {}
-    latest: dict[str, Finding] = {}
-    dt = max(1.0, max(0.0, end - first) / MAX_EVALUATIONS)
-    t = first + dt
-    prev_t, prev_code = None, None
-    while t <= end + 1e-9 or prev_t is None:
-        findings = evaluate(store, min(t, end), th)
-        for f in findings:
-            latest[f.code] = f
-        shown = tracker.update(t, findings)
-        if shown is not None:
-            if prev_t is not None and prev_code is not None:
-                held[prev_code] = held.get(prev_code, 0.0) + (t - prev_t)
-            prev_t, prev_code = t, shown.code
-        if t >= end:
-            break
-        t = min(t + dt, end)
-    judged = {c: s for c, s in held.items() if c != "insufficient_data"}
-    if judged:
-        code = max(judged, key=lambda c: judged[c])
-    elif tracker.current is not None:
-        code = tracker.current.code
-    else:
-        code = "insufficient_data"
-    others: list[HeldFinding] = [
-        {**finding_dict(f), "held_s": round(held.get(c, 0.0), 1)}
-        for c, f in sorted(latest.items(), key=lambda kv: kv[1].rank)
-        if c not in (code, "insufficient_data", "ok.compute_bound")
+    """Phases over the steady state (and the warm-up before it), the headline and every finding's time."""
+    phases = judge_phases(store, th)
+    warmup: Phase | None = None
+    if not phases:
+        phases = [Phase(first, end, evaluate(store, end, th, since=first))]
+    elif phases[0].start - first >= 1.0:
+        warmup = Phase(first, phases[0].start, evaluate(store, phases[0].start, th, since=first))
+    top = headline_phase(phases, th).top
+    held = held_seconds(phases)
+    findings = _representatives(phases)
+    timeline = [_entry(p, first) for p in ([warmup] if warmup is not None else []) + phases]
+    others = [
+        finding_dict(f, held[code])
+        for code, f in sorted(findings.items(), key=lambda kv: kv[1].rank)
+        if code not in (top.code, "insufficient_data")
     ]
-    return Judgement(
-        verdict=finding_dict(_finding_for(code, tracker, latest)),
-        findings=others,
-        timeline=[{"t": round(tc - first, 2), "code": c} for tc, c in tracker.changes],
-    )
+    return Judgement(verdict=finding_dict(top, held.get(top.code, 0.0)), findings=others, timeline=timeline)
 
 
-def _finding_for(code: str, tracker: VerdictTracker, latest: dict[str, Finding]) -> Finding:
-    if tracker.current is not None and tracker.current.code == code:
-        return tracker.current
-    return latest.get(code, NO_STEPS)
+def judge_phases(store: Store, th: Thresholds) -> list[Phase]:
+    """The steady state cut where behaviour changed, each phase judged on its own; neighbours that come out
+    with the same verdict (or a phase too thin to judge) are joined and judged again."""
+    with store.lock:
+        span = steady_span(store)
+        if span is None:
+            return []
+        s0, s1 = span
+        dt = bin_width(s0, s1)
+        cuts = segment(features(store, s0, s1, dt), max(1, math.ceil(th.phase_min_s / dt - 1e-9)))
+    edges = [s0, *(s0 + k * dt for k in cuts), s1]
+    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in zip(edges, edges[1:], strict=False)]
+    for _ in range(MAX_MERGES):
+        i = _mergeable(phases)
+        if i is None:
+            break
+        a, b = phases[i], phases[i + 1]
+        phases[i : i + 2] = [Phase(a.start, b.end, evaluate(store, b.end, th, since=a.start))]
+    return phases
+
+
+def _mergeable(phases: list[Phase]) -> int | None:
+    """The first phase to join with the next: the same verdict, or one side could not be judged."""
+    for i in range(len(phases) - 1):
+        a, b = phases[i].top, phases[i + 1].top
+        if a.code == b.code or "insufficient_data" in (a.code, b.code):
+            return i
+    return None
+
+
+def headline_phase(phases: list[Phase], th: Thresholds) -> Phase:
+    """The phase whose cause heads the report: of the causes that headed phases for ``headline_share`` of the
+    judged time or more, the worst (then the longest held); else the one held longest. Its longest phase at its
+    worst severity."""
+    judged = [p for p in phases if p.top.code != "insufficient_data"] or phases
+    total = math.fsum(p.seconds for p in judged)
+    shown: dict[str, float] = {}
+    worst: dict[str, int] = {}
+    for p in judged:
+        shown[p.top.code] = shown.get(p.top.code, 0.0) + p.seconds
+        worst[p.top.code] = max(worst.get(p.top.code, 0), SEVERITIES.index(p.top.severity))
+    weighty = [c for c, s in shown.items() if s >= th.headline_share * total - 1e-9]
+    code = max(weighty or shown, key=lambda c: (worst[c] if weighty else 0, shown[c]))
+    ours = [p for p in judged if p.top.code == code]
+    return max(ours, key=lambda p: (SEVERITIES.index(p.top.severity), p.seconds))
+
+
+def held_seconds(phases: list[Phase]) -> dict[str, float]:
+    """Seconds each code held, over every phase (as the headline or beside it)."""
+    held: dict[str, float] = {}
+    for p in phases:
+        for code in {f.code for f in p.findings}:
+            held[code] = held.get(code, 0.0) + p.seconds
+    return held
+
+
+def _representatives(phases: list[Phase]) -> dict[str, Finding]:
+    """Per code, its finding from the phase where it was worst (then longest)."""
+    best: dict[str, tuple[int, float, Finding]] = {}
+    for p in phases:
+        for f in p.findings:
+            key = (SEVERITIES.index(f.severity), p.seconds)
+            if f.code not in best or key > best[f.code][:2]:
+                best[f.code] = (*key, f)
+    return {code: f for code, (_, _, f) in best.items()}
+
+
+def _entry(p: Phase, first: float) -> TimelineEntry:
+    top = p.top
+    return {
+        "t": round(p.start - first, 2),
+        "code": top.code,
+        "end": round(p.end - first, 2),
+        "severity": top.severity,
+        "summary": top.summary,
+    }

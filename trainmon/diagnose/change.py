@@ -1,0 +1,235 @@
+"""The live window follows a change: where a run's recent steps differ from the rest of the window, judge
+them alone.
+
+The live window holds the last 20 s, so a new cause would take most of that to outweigh the old one. Each
+evaluation looks for the latest change in the window's steady steps instead: a split after which the data-wait
+share or the step time moved materially (``change_wait``, ``change_step_ratio``), on both halves of what
+follows it (one long step or wait is not a change), and significantly (a rank statistic, so outliers weigh
+no more than any other step). A switch to another DataLoader is a change too. Pure functions of the store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import RunWindow, run_window
+from trainmon.numbers import is_nan
+from trainmon.store.run import Run
+
+MAX_BLOCKS = 240  # a window of more steps is cut into this many blocks of consecutive steps
+MAX_CHANGES = 3  # changes looked for after one another inside a window
+
+
+@dataclass(frozen=True)
+class Change:
+    t: float  # start of the first step after the change
+    what: str  # "data_wait", "step_time" or "loader"
+    before: float  # data-wait share or median step time (s) before; nan for a loader switch
+    after: float
+
+
+@dataclass
+class _Blocks:
+    first: list[int]  # index of each block's first step
+    start: list[float]  # start of that step
+    end: list[float]  # end of its last step
+    steps: list[int]
+    dur: list[float]  # summed
+    wait: list[float]
+
+
+def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
+    """The latest material change among the window's steady steps, with at least ``change_min_steps`` steps on
+    either side and ``change_min_s`` after it; None when the window is steady."""
+    switch = w.loader_since()
+    if not is_nan(switch):
+        return Change(switch, "loader", math.nan, math.nan)
+    start, end, dur, wait = w.columns()
+    n = len(dur)
+    m = th.change_min_steps
+    if n < 2 * m:
+        return None
+    blocks = _blocks(start, end, dur, wait)
+    lo, found = 0, None
+    for _ in range(MAX_CHANGES):
+        split = _best_split(blocks, lo, th)
+        if split is None:
+            break
+        lo, found = split
+    if found is None or len(blocks.first) == n:
+        return found
+    # Blocks of several steps place the change to within a block: place it on the step.
+    k = _refine(blocks, lo, found.what, start, dur, wait)
+    return Change(start[k], found.what, found.before, found.after)
+
+
+def _blocks(start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
+    n = len(dur)
+    size = -(-n // MAX_BLOCKS)
+    if size == 1:
+        return _Blocks(list(range(n)), list(start), list(end), [1] * n, list(dur), list(wait))
+    b = _Blocks([], [], [], [], [], [])
+    cum_dur = [0.0, *itertools.accumulate(dur)]
+    cum_wait = [0.0, *itertools.accumulate(wait)]
+    # Aligned to the end: the latest steps make whole blocks, the oldest block may be short.
+    first = n - (n // size) * size
+    edges = ([0] if first else []) + list(range(first, n, size))
+    for a, z in zip(edges, [*edges[1:], n], strict=True):
+        b.first.append(a)
+        b.start.append(start[a])
+        b.end.append(end[z - 1])
+        b.steps.append(z - a)
+        b.dur.append(cum_dur[z] - cum_dur[a])
+        b.wait.append(cum_wait[z] - cum_wait[a])
+    return b
+
+
+def _refine(b: _Blocks, split: int, what: str, start: Any, dur: Any, wait: Any) -> int:
+    """The step, within a block of the block boundary ``split``, where the mean of ``what`` before and after
+    differ most (the CUSUM statistic), over the steps from the block before to the end."""
+    a = b.first[split - 1]
+    hi = b.first[split + 1] if split + 1 < len(b.first) else len(dur)
+    if what == "data_wait":
+        values = [w / d if d > 0 else 0.0 for w, d in zip(wait[a:], dur[a:], strict=True)]
+    else:
+        values = list(dur[a:])
+    sums = [0.0, *itertools.accumulate(values)]
+    n, total = len(values), sums[-1]
+    best, at = -1.0, b.first[split]
+    for j in range(1, min(hi - a, n - 1) + 1):
+        gap = abs(sums[j] / j - (total - sums[j]) / (n - j)) * math.sqrt(j * (n - j))
+        if gap > best:
+            best, at = gap, a + j
+    return at
+
+
+def _ranks(values: list[float]) -> tuple[list[float], float]:
+    """Average ranks (1-based) and the tie correction factor of the rank-sum variance."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        r = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = r
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    n = len(values)
+    return ranks, (1 - ties / (n**3 - n)) if n > 1 else 1.0
+
+
+def _best_split(b: _Blocks, lo: int, th: Thresholds) -> tuple[int, Change] | None:
+    """The most significant material split of blocks [lo, end), as (block index, its Change)."""
+    n = len(b.dur) - lo
+    if n < 4:
+        return None
+    shares = [w / d if d > 0 else 0.0 for w, d in zip(b.wait[lo:], b.dur[lo:], strict=True)]
+    times = [d / s for d, s in zip(b.dur[lo:], b.steps[lo:], strict=True)]
+    steps_after = [0] * (n + 1)
+    for k in range(n - 1, -1, -1):
+        steps_after[k] = steps_after[k + 1] + b.steps[lo + k]
+    total = steps_after[0]
+    m = th.change_min_steps
+    candidates = [
+        k
+        for k in range(2, n - 1)
+        if steps_after[k] >= m and total - steps_after[k] >= m and b.end[-1] - b.start[lo + k] >= th.change_min_s
+    ]
+    if not candidates:
+        return None
+    best: tuple[float, int, str] | None = None
+    for what, values in (("data_wait", shares), ("step_time", times)):
+        ranks, tie = _ranks(values)
+        var_unit = (n + 1) / 12 * tie
+        if var_unit <= 0:
+            continue
+        after = [0.0] * (n + 1)
+        for k in range(n - 1, -1, -1):
+            after[k] = after[k + 1] + ranks[k]
+        for k in candidates:
+            n2 = n - k
+            z = (after[k] - n2 * (n + 1) / 2) / math.sqrt(k * n2 * var_unit)
+            strong = abs(z) >= th.change_z and (best is None or abs(z) > best[0])
+            if strong and _material(b, lo, k, what, th) is not None:
+                best = (abs(z), k, what)
+    if best is None:
+        return None
+    _, k, what = best
+    before, after_value = _material(b, lo, k, what, th) or (math.nan, math.nan)
+    return lo + k, Change(b.start[lo + k], what, before, after_value)
+
+
+def _material(b: _Blocks, lo: int, k: int, what: str, th: Thresholds) -> tuple[float, float] | None:
+    """(before, after) when the blocks from ``lo + k`` differ materially from those before, in the same
+    direction on both halves of what follows; else None."""
+    split = lo + k
+    n = len(b.dur)
+    half = split + (n - split) // 2
+    parts = [(lo, split), (split, n), (split, half), (half, n)]
+    if what == "data_wait":
+        vals = [_share(b, a, z) for a, z in parts]
+        limit = th.change_wait
+        deltas = [v - vals[0] for v in vals[1:]]
+    else:
+        vals = [_median_step(b, a, z) for a, z in parts]
+        limit = math.log(th.change_step_ratio)
+        deltas = [math.log(v / vals[0]) if v > 0 and vals[0] > 0 else 0.0 for v in vals[1:]]
+    if all(d >= limit for d in deltas) or all(d <= -limit for d in deltas):
+        return vals[0], vals[1]
+    return None
+
+
+def _share(b: _Blocks, a: int, z: int) -> float:
+    d = math.fsum(b.dur[a:z])
+    return math.fsum(b.wait[a:z]) / d if d > 0 else 0.0
+
+
+def _median_step(b: _Blocks, a: int, z: int) -> float:
+    per_step = sorted(d / s for d, s in zip(b.dur[a:z], b.steps[a:z], strict=True))
+    return per_step[len(per_step) // 2] if per_step else math.nan
+
+
+def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWindow, Change | None]:
+    """The run's live window over [t0, t1] (at least ``window_steps`` steps), or, after a change inside it,
+    the window of the steps since the change (when there are at least ``min_steps`` of them)."""
+    w = run_window(run, t0, t1, min_steps=th.window_steps)
+    key = (
+        run.steps.total,
+        len(run.checkpoints),
+        t0,
+        t1,
+        th.window_steps,
+        th.min_steps,
+        th.change_min_steps,
+        th.change_min_s,
+        th.change_wait,
+        th.change_step_ratio,
+        th.change_z,
+    )
+    hit = _latest.get(run)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    change = latest_change(w, th)
+    out: tuple[RunWindow, Change | None] = (w, None)
+    if change is not None:
+        # Steps that ended after the first one since the change began: the steps since the change, no reach-back.
+        cut = run_window(run, math.nextafter(change.t, math.inf), t1, min_steps=0, memo=False)
+        if cut.steps >= th.min_steps:
+            out = (cut, change)
+    _latest[run] = (key, out)
+    return out
+
+
+_latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], tuple[RunWindow, Change | None]]] = (
+    weakref.WeakKeyDictionary()
+)
