@@ -10,6 +10,7 @@ import sys
 from trainmon import __version__
 from trainmon.cli.command import Command
 from trainmon.cli.commands.demo import Demo
+from trainmon.cli.commands.diff import Diff
 from trainmon.cli.commands.doctor import Doctor
 from trainmon.cli.commands.live import Live
 from trainmon.cli.commands.record import Record
@@ -21,7 +22,7 @@ from trainmon.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from trainmon.cli.options import Subcommands, monitor_options
 
 DEFAULT_COMMAND: Command = Live()  # ``trainmon`` with no command name
-COMMANDS: tuple[Command, ...] = (Demo(), Run(), Record(), Doctor(), Report(), Serve(), Replay())  # --help order
+COMMANDS: tuple[Command, ...] = (Demo(), Run(), Record(), Doctor(), Report(), Diff(), Serve(), Replay())  # --help order
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 
