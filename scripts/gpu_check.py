@@ -1,173 +1,647 @@
-"""GPU check of the exposed-idle measurement (needs a CUDA GPU; elsewhere prints "no CUDA GPU: skipped").
+"""GPU validation of trainmon on real CUDA trainings (needs a CUDA GPU; without one: one line, exit status 2).
 
-Two real CUDA trainings, each under a real ``trainmon record``: every step waits WAIT_MS on data loaded in
-the main process, then queues matmuls and never synchronises.
+Each case is a real PyTorch training with one known bottleneck, run twice:
 
-- ``hidden``: each step queues about 1.5 × WAIT_MS of GPU work, so the queue is deep and the GPU keeps
-  computing through every wait: trainmon's exposed share should be about 0 while the raw wait share is high.
-- ``exposed``: each step queues about 0.3 × WAIT_MS of work, so the queue runs dry during each wait: the
-  GPU idles for about 0.7 × WAIT_MS per step.
+1. under a real ``trainmon record`` with the agent attached; ``trainmon report --format json`` gives the
+   verdict, the data-wait share and trainmon's exposed GPU idle (``runs[].exposed_wait_fraction``);
+2. without the agent (``TRAINMON_DISABLE=1``) under ``torch.profiler`` (CUPTI kernel, copy and memset
+   timestamps) over steady steps: the ground truth. The GPU is busy where any of those ran; the exposed idle of
+   a data wait is the part of the wait with nothing running; both are shares of the steps' wall time.
 
-Ground truth: ``torch.profiler`` over the steady steps in the training child: the GPU's idle share of the
-profiled span (span minus the union of its kernel intervals). The table puts trainmon's
-``exposed_wait_fraction`` (from ``trainmon report --format json``) beside it.
+The verdict must be the case's code (or, for the hidden wait, must not be an input verdict); the exposed idle
+must match the ground truth within ``EXPOSED_TOLERANCE`` where the case's waits matter. Cases that need GPM
+(Hopper or newer) say "n/a" on a GPU without it. The agent's cost per step is measured separately (``COST``).
 
-    python scripts/gpu_check.py [--steps 120] [--wait-ms 40]
+    python scripts/gpu_check.py [--seconds 25] [--cases a,b] [--markdown [FILE]] [--no-cost]
 
-Written without a GPU at hand: it has not been run on one yet.
+``--markdown`` writes the results, with the device's name, into docs/gpu-validation.md between its result
+markers. Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA GPU (or no torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+DOC = ROOT / "docs" / "gpu-validation.md"
+BEGIN, END = "<!-- gpu_check results: begin -->", "<!-- gpu_check results: end -->"
 
-CASES = {"hidden": 1.5, "exposed": 0.3}  # GPU work queued per step, in units of the wait
-PROFILE_FROM = 20  # steps before this are warm-up (trainmon skips its first 5 too)
+WARMUP_STEPS = 15  # steps before the ground truth is profiled (trainmon leaves its own warm-up out too)
+PROFILE_STEPS = 60
+EXPOSED_TOLERANCE = (0.05, 0.15)  # |trainmon - truth| ≤ 0.05 + 0.15 × truth (shares of step time)
+WAIT_LABEL = "gpu_check.wait"
+STEP_LABEL = "gpu_check.step"
 
 
-def _child(case: str, steps: int, wait_ms: float) -> int:
+@dataclass(frozen=True)
+class Case:
+    name: str
+    what: str  # the training, in a few words
+    expect: tuple[str, ...]  # headline codes that pass (empty: any code not forbidden)
+    forbid: tuple[str, ...] = ()  # code prefixes the headline must not have
+    needs_gpm: bool = False  # the verdict rests on GPM (Hopper or newer)
+    judge_exposed: bool = False  # its waits matter: exposed idle is compared with the ground truth
+
+
+CASES: dict[str, Case] = {
+    c.name: c
+    for c in (
+        Case(
+            "input-starved",
+            "num_workers=0, each sample decoded and resized on the CPU in the main process, a small convnet",
+            ("input.main_process",),
+            judge_exposed=True,
+        ),
+        Case(
+            "gpu-bound",
+            "8 × Linear(4096) in bf16 autocast over 8192 tokens per step, 2 pinned workers",
+            ("ok.compute_bound",),
+            judge_exposed=True,
+        ),
+        Case(
+            "hidden-wait",
+            "num_workers=0 decoding each batch while 1.5× the decode time of GPU work is queued: the GPU never drains",
+            (),
+            forbid=("input.",),
+            judge_exposed=True,
+        ),
+        Case(
+            "pageable-h2d",
+            "48 × 3×384×384 float32 per batch from 6 workers, pin_memory=False, blocking .to(device), light model",
+            ("input.host_to_device",),
+        ),
+        Case(
+            "item-sync",
+            "a 4-layer MLP that logs loss.item() and accuracy.item() every step",
+            ("host.sync",),
+        ),
+        Case(
+            "tiny-mlp",
+            "a 3-layer MLP of width 256 on batches of 8, Adam",
+            ("gpu.small_work",),
+            needs_gpm=True,
+        ),
+        Case(
+            "fp32-matmul",
+            "6 × Linear(4096) in float32 (TF32 off, PyTorch's default) over batches of 2048",
+            ("gpu.no_tensor_cores",),
+            needs_gpm=True,
+        ),
+    )
+}
+
+# The agent's cost per step: one loop, three ways (agent off; agent on, probe off; agent and exposed probe on).
+COST = {
+    "no agent": {"TRAINMON_DISABLE": "1"},
+    "agent, no probe": {"TRAINMON_EXPOSED_EVERY": "0"},
+    "agent + exposed probe": {"TRAINMON_EXPOSED_EVERY": "1"},
+}
+COST_STEPS, COST_REPEATS = 3000, 5
+
+
+# ---------------------------------------------------------------- judging (pure: tested on CPU)
+
+
+def check_verdict(case: Case, row: dict[str, Any]) -> tuple[str, str]:
+    """("pass" | "fail" | "n/a", why) for the headline verdict of one case's report."""
+    if row.get("error"):
+        return "fail", str(row["error"]).splitlines()[0]
+    code = str(row.get("verdict") or "")
+    if case.needs_gpm and not row.get("gpm"):
+        return "n/a", "needs GPM (Hopper or newer): this GPU or driver has none"
+    bad = [p for p in case.forbid if code.startswith(p)]
+    if bad:
+        return "fail", f"{code} is {bad[0]}* (must not be)"
+    if case.expect and code not in case.expect:
+        return "fail", f"{code or 'no verdict'}, expected {' or '.join(case.expect)}"
+    return "pass", code
+
+
+def check_exposed(case: Case, row: dict[str, Any]) -> tuple[str, str]:
+    """("pass" | "fail" | "n/a", why) comparing trainmon's exposed idle with the profiler's."""
+    if not case.judge_exposed:
+        return "n/a", "not judged: this case's waits are negligible"
+    if row.get("error"):
+        return "fail", "no run"
+    ours, truth = row.get("exposed"), row.get("truth_exposed")
+    if truth is None:
+        return "fail", "no ground truth"
+    if ours is None:
+        return "fail", "trainmon measured no exposed idle"
+    limit = EXPOSED_TOLERANCE[0] + EXPOSED_TOLERANCE[1] * truth
+    diff = abs(ours - truth)
+    return ("pass" if diff <= limit else "fail"), f"|{ours:.3f} - {truth:.3f}| = {diff:.3f} (limit {limit:.3f})"
+
+
+def merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping intervals merged, in order."""
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def overlap(busy: list[tuple[float, float]], s: float, e: float) -> float:
+    """How much of [s, e] the merged ``busy`` intervals cover."""
+    return sum(max(0.0, min(e, b1) - max(s, b0)) for b0, b1 in busy)
+
+
+def ground_truth(
+    gpu: Iterable[tuple[float, float]], waits: Sequence[tuple[float, float]], steps: Sequence[tuple[float, float]]
+) -> dict[str, float]:
+    """From profiler intervals (any unit): the GPU's idle share of the steps' span, and the exposed share: the
+    part of each data wait with nothing running on the GPU, summed, over the same span."""
+    busy = merge(gpu)
+    t0, t1 = min(s for s, _ in steps), max(e for _, e in steps)
+    span = t1 - t0
+    idle_in_waits = sum((e - s) - overlap(busy, s, e) for s, e in waits)
+    return {
+        "idle": 1.0 - overlap(busy, t0, t1) / span,
+        "exposed": idle_in_waits / span,
+        "wait": sum(e - s for s, e in waits) / span,
+    }
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+TABLE_HEADER = ("case", "verdict", "check", "wait", "exposed", "truth exp.", "truth idle", "exposed check")
+
+
+def table_rows(rows: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    out = []
+    for row in rows:
+        case = CASES[row["case"]]
+        verdict, _ = check_verdict(case, row)
+        exposed, why = check_exposed(case, row)
+        out.append(
+            (
+                case.name,
+                str(row.get("verdict") or "-"),
+                verdict,
+                fmt(row.get("wait")),
+                fmt(row.get("exposed")),
+                fmt(row.get("truth_exposed")),
+                fmt(row.get("truth_idle")),
+                exposed if exposed == "n/a" else f"{exposed}: {why}",
+            )
+        )
+    return out
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    cells = [TABLE_HEADER, *table_rows(rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_cost(cost: dict[str, float]) -> str:
+    base = cost.get("no agent")
+    lines = []
+    for name, us in cost.items():
+        added = "" if base is None or name == "no agent" else f"  (+{us - base:.1f} µs)"
+        lines.append(f"{name:<24} {us:8.1f} µs/step{added}")
+    return "\n".join(lines)
+
+
+def markdown(device: str, rows: Sequence[dict[str, Any]], cost: dict[str, float], when: str) -> str:
+    out = [f"Run on **{device}**, {when}, with `python scripts/gpu_check.py`.", ""]
+    out.append("| " + " | ".join(TABLE_HEADER) + " |")
+    out.append("|" + "---|" * len(TABLE_HEADER))
+    out += ["| " + " | ".join(r) + " |" for r in table_rows(rows)]
+    if cost:
+        out += ["", "Agent cost per step (median of repeats, same loop and machine):", "", "```", format_cost(cost)]
+        out.append("```")
+    return "\n".join(out)
+
+
+def write_markdown(path: Path, block: str) -> None:
+    """Replace what lies between the result markers of ``path`` with ``block`` (the rest is kept)."""
+    text = path.read_text()
+    head, found, rest = text.partition(BEGIN)
+    _, found_end, tail = rest.partition(END)
+    if not found or not found_end:
+        raise SystemExit(f"gpu_check: {path} has no '{BEGIN}' … '{END}' markers")
+    path.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}")
+
+
+def passed(rows: Sequence[dict[str, Any]]) -> bool:
+    return all(
+        check_verdict(CASES[r["case"]], r)[0] != "fail" and check_exposed(CASES[r["case"]], r)[0] != "fail"
+        for r in rows
+    )
+
+
+# ---------------------------------------------------------------- the trainings (run in a child process)
+
+
+def _workload(case: str, dev: Any) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """(fetch a batch, one training step on that batch) for a case, written the way training code does it."""
     import torch
+    import torch.nn.functional as F
+    from torch import nn
     from torch.utils.data import DataLoader, Dataset
+
+    class Decoded(Dataset):
+        """Images decoded on the CPU: random bytes (seeded by index), to float, resized with antialiasing."""
+
+        def __init__(self, side: int = 320, out: int = 224) -> None:
+            self.side, self.out = side, out
+
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            g = torch.Generator().manual_seed(i)
+            raw = torch.randint(0, 256, (3, self.side, self.side), dtype=torch.uint8, generator=g)
+            img = F.interpolate(raw.float().div_(255)[None], size=(self.out, self.out), mode="bilinear", antialias=True)
+            return (img[0] - 0.45) / 0.225, i % 1000
+
+    class Tokens(Dataset):
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return torch.randint(0, 32000, (512,), generator=torch.Generator().manual_seed(i))
+
+    class Pool(Dataset):
+        """Large float32 samples from a pool in ordinary (pageable) memory."""
+
+        def __init__(self, shape: tuple[int, ...], n: int = 64) -> None:
+            self.pool = torch.randn(n, *shape)
+
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return self.pool[i % len(self.pool)].clone(), i % 10
+
+    class Features(Dataset):
+        def __init__(self, width: int) -> None:
+            self.width = width
+
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return torch.randn(self.width, generator=torch.Generator().manual_seed(i)), i % 10
+
+    def mlp(widths: list[int]) -> nn.Module:
+        layers: list[nn.Module] = []
+        for a, b in itertools.pairwise(widths):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return nn.Sequential(*layers[:-1]).to(dev)
+
+    def convnet() -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3), nn.ReLU(), nn.Conv2d(64, 128, 3, 2, 1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 1000),
+        ).to(dev)  # fmt: skip
+
+    def classify(model: nn.Module, opt: torch.optim.Optimizer, blocking: bool = False) -> Callable[[Any], None]:
+        def step(batch: Any) -> None:
+            x, y = batch
+            x, y = x.to(dev, non_blocking=not blocking), y.to(dev, non_blocking=not blocking)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    def loader(ds: Dataset, bs: int, workers: int, pin: bool) -> Callable[[], Any]:
+        kw = {"persistent_workers": True, "prefetch_factor": 4} if workers else {}
+        it = iter(DataLoader(ds, batch_size=bs, num_workers=workers, pin_memory=pin, **kw))
+        return lambda: next(it)
+
+    if case == "input-starved":
+        model = convnet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return loader(Decoded(), 32, 0, False), classify(model, opt)
+
+    if case == "hidden-wait":
+        model = convnet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        a, b = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev)
+        fetch = loader(Decoded(), 12, 0, False)
+        t = time.perf_counter()
+        for _ in range(3):
+            fetch()
+        wait_s = (time.perf_counter() - t) / 3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            a @ b
+        end.record()
+        end.synchronize()
+        mms = max(1, round(1.5 * wait_s * 1e3 / (start.elapsed_time(end) / 10)))
+        learn = classify(model, opt)
+
+        def deep(batch: Any) -> None:
+            c = a
+            for _ in range(mms):  # GPU work queued per step: 1.5 × the wait that follows
+                c = c @ b
+            learn(batch)
+
+        return fetch, deep
+
+    if case == "gpu-bound":
+        emb = nn.Embedding(32000, 4096).to(dev)
+        body = mlp([4096] * 9)
+        params = [*emb.parameters(), *body.parameters()]
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+
+        def lm(tokens: Any) -> None:
+            tokens = tokens.to(dev, non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                h = body(emb(tokens))
+                loss = h.float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return loader(Tokens(), 16, 2, True), lm
+
+    if case == "pageable-h2d":
+        model = nn.Sequential(
+            nn.Conv2d(3, 16, 8, 8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)
+        ).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return loader(Pool((3, 384, 384)), 48, 6, False), classify(model, opt, blocking=True)
+
+    if case == "item-sync":
+        model = mlp([1024] * 5 + [10])
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        log: list[tuple[float, float]] = []
+
+        def logged(batch: Any) -> None:
+            x, y = batch
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            log.append((loss.item(), (out.argmax(1) == y).float().mean().item()))  # the host waits on the GPU
+
+        return loader(Features(1024), 512, 2, True), logged
+
+    if case == "tiny-mlp":
+        model = mlp([256, 256, 256, 10])
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return loader(Features(256), 8, 2, True), classify(model, opt)
+
+    if case == "fp32-matmul":
+        torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, said out loud
+        model = mlp([256] + [4096] * 6 + [10])
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        return loader(Features(256), 2048, 2, True), classify(model, opt)
+
+    if case == "cost":
+        model = nn.Linear(64, 10).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = torch.randn(4096, 64)
+        ds = torch.utils.data.TensorDataset(data, torch.zeros(4096, dtype=torch.long))
+
+        def cycle() -> Any:
+            while True:
+                yield from DataLoader(ds, batch_size=64, num_workers=0)
+
+        it = cycle()
+        return (lambda: next(it)), classify(model, opt)
+    raise SystemExit(f"gpu_check: unknown case {case!r}")
+
+
+def _child(case: str, seconds: float, profile: bool) -> int:
+    """One training: ``seconds`` of steps (agent on unless TRAINMON_DISABLE), or warm-up then PROFILE_STEPS
+    profiled steps (the ground truth); prints one JSON line."""
+    import torch
 
     import trainmon.agent
 
+    dev = torch.device("cuda")
     torch.cuda.init()  # the job initialises CUDA (the agent never does)
     trainmon.agent.attach()
-    dev = torch.device("cuda")
-    a = torch.randn(2048, 2048, device=dev)
-    b = torch.randn(2048, 2048, device=dev)
-    # Calibrate one matmul (synchronising here, before the measured loop, is the job's business).
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        a @ b
-    end.record()
-    end.synchronize()
-    per_mm = start.elapsed_time(end) / 20
-    mms = max(1, round(CASES[case] * wait_ms / per_mm))
-
-    class Slow(Dataset):
-        def __len__(self) -> int:
-            return steps
-
-        def __getitem__(self, i: int):
-            time.sleep(wait_ms / 1e3)
-            return torch.zeros(8)
-
-    model = torch.nn.Linear(8, 8).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    it = iter(DataLoader(Slow(), batch_size=None, num_workers=0))
+    fetch, step = _workload(case, dev)
+    if case == "cost":
+        return _cost_child(fetch, step)
+    if not profile:
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            step(fetch())
+            n += 1
+        torch.cuda.synchronize()
+        print(json.dumps({"steps": n, **trainmon.agent.stats()}))
+        return 0
+    for _ in range(WARMUP_STEPS):
+        step(fetch())
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    prof = torch.profiler.profile(activities=acts)
-    for k in range(steps):
-        if k == PROFILE_FROM:
-            prof.start()
-        batch = next(it).to(dev, non_blocking=True)
-        c = a
-        for _ in range(mms):
-            c = c @ b
-        model(batch).sum().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    prof.stop()
-    spans = sorted(
-        (e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
-    )
-    busy = 0.0
-    cur_s, cur_e = spans[0]
-    for s, e in spans[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
-    span = spans[-1][1] - spans[0][0]
-    print(json.dumps({"idle_share": 1 - busy / span, "matmuls": mms, "matmul_ms": per_mm, **trainmon.agent.stats()}))
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(PROFILE_STEPS):
+            with torch.profiler.record_function(STEP_LABEL):
+                with torch.profiler.record_function(WAIT_LABEL):
+                    batch = fetch()
+                step(batch)
+        torch.cuda.synchronize()
+    gpu, waits, steps = [], [], []
+    for e in prof.events():
+        span = (e.time_range.start, e.time_range.end)
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            gpu.append(span)
+        elif e.name == WAIT_LABEL:
+            waits.append(span)
+        elif e.name == STEP_LABEL:
+            steps.append(span)
+    print(json.dumps({"truth": ground_truth(gpu, waits, steps), "steps": len(steps)}))
     return 0
 
 
-def _run_case(case: str, steps: int, wait_ms: float, tmp: str) -> dict:
+def _cost_child(fetch: Callable[[], Any], step: Callable[[Any], None]) -> int:
+    import torch
+
+    for _ in range(200):
+        step(fetch())
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(COST_STEPS):
+        step(fetch())
+    elapsed = time.perf_counter() - t  # host time per step: nothing here waits on the GPU
+    torch.cuda.synchronize()
+    print(json.dumps({"step_us": elapsed / COST_STEPS * 1e6}))
+    return 0
+
+
+# ---------------------------------------------------------------- running the cases (the parent)
+
+
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    addr, rec = os.path.join(tmp, f"{case}.sock"), os.path.join(tmp, f"{case}.tmrec")
-    py = sys.executable
-    recorder = subprocess.Popen(
-        [py, "-m", "trainmon", "record", "-o", rec, "--listen", addr, "-q"], env=env, stderr=subprocess.PIPE
-    )
-    try:
+    return env
+
+
+def _run_child(case: str, seconds: float, env: dict[str, str], *extra: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", case, "--seconds", str(seconds), *extra]
+    child = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(600.0, 10 * seconds))
+    if child.returncode != 0:
+        raise RuntimeError(f"{case}: the training failed:\n{child.stderr[-4000:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+class Recorder:
+    """A real ``trainmon record`` on its own socket; ``report()`` stops it and returns the JSON report."""
+
+    def __init__(self, tmp: str, name: str) -> None:
+        self.addr, self.path = os.path.join(tmp, f"{name}.sock"), os.path.join(tmp, f"{name}.tmrec")
+        cmd = [sys.executable, "-m", "trainmon", "record", "-o", self.path, "--listen", self.addr, "-q"]
+        self.proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
-        while not os.path.exists(addr) and time.monotonic() < deadline:
+        while not os.path.exists(self.addr):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"trainmon record did not start: {self.stop()}")
             time.sleep(0.05)
-        child = subprocess.run(
-            [py, __file__, "--child", case, "--steps", str(steps), "--wait-ms", str(wait_ms)],
-            env=dict(env, TRAINMON_ADDR=addr),
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        _, err = self.proc.communicate(timeout=60)
+        return (err or b"").decode(errors="replace")[-2000:]
+
+    def report(self) -> dict[str, Any]:
+        time.sleep(1.5)  # the last batches reach the monitor
+        self.stop()
+        out = subprocess.run(
+            [sys.executable, "-m", "trainmon", "report", self.path, "--format", "json"],
+            env=_env(),
             capture_output=True,
             text=True,
-            timeout=600,
+            check=True,
         )
-        if child.returncode != 0:
-            raise SystemExit(f"{case}: training failed:\n{child.stderr}")
-        truth = json.loads(child.stdout.strip().splitlines()[-1])
-        time.sleep(1.0)
+        return json.loads(out.stdout)
+
+
+def run_case(case: Case, seconds: float, tmp: str) -> dict[str, Any]:
+    """One case: the recorded run with the agent, then the profiled run without it. A result row."""
+    rec = Recorder(tmp, case.name)
+    try:
+        stats = _run_child(case.name, seconds, dict(_env(), TRAINMON_ADDR=rec.addr))
+    except BaseException:
+        rec.stop()
+        raise
+    report = rec.report()
+    truth = _run_child(case.name, seconds, dict(_env(), TRAINMON_DISABLE="1"), "--profile")["truth"]
+    (run,) = report["runs"]
+    gpus = report["system"].get("gpus") or []
+    return {
+        "case": case.name,
+        "verdict": report["verdict"]["code"],
+        "summary": report["verdict"]["summary"],
+        "findings": [f["code"] for f in report["findings"]],
+        "gpm": any(g.get("sm_active_percent_p50") is not None for g in gpus),
+        "wait": run.get("data_wait_fraction"),
+        "exposed": run.get("exposed_wait_fraction"),
+        "truth_exposed": truth["exposed"],
+        "truth_idle": truth["idle"],
+        "truth_wait": truth["wait"],
+        "agent": stats,
+    }
+
+
+def measure_cost(tmp: str) -> dict[str, float]:
+    """Host time per step of one small CUDA loop (no sync in the loop) with the agent off, on without the
+    exposed probe, and on with it; each a fresh process, configurations interleaved, median of COST_REPEATS."""
+    rec = Recorder(tmp, "cost")
+    times: dict[str, list[float]] = {name: [] for name in COST}
+    try:
+        for _ in range(COST_REPEATS):
+            for name, extra in COST.items():
+                env = dict(_env(), TRAINMON_ADDR=rec.addr, **extra)
+                times[name].append(_run_child("cost", 0, env)["step_us"])
     finally:
-        recorder.terminate()
-        recorder.wait(timeout=30)
-    report = subprocess.run(
-        [py, "-m", "trainmon", "report", rec, "--format", "json"], env=env, capture_output=True, text=True, check=True
-    )
-    (run,) = json.loads(report.stdout)["runs"]
-    return {"case": case, "run": run, "truth": truth}
+        rec.stop()
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
-def main() -> int:
+def device_name() -> str:
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return f"{props.name} (CUDA {torch.version.cuda}, torch {torch.__version__})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--wait-ms", type=float, default=40.0)
-    ap.add_argument("--child", choices=sorted(CASES), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--seconds", type=float, default=25.0, help="length of each recorded training")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
+    ap.add_argument("--markdown", nargs="?", const=str(DOC), default=None, help="write the results into FILE")
+    ap.add_argument("--no-cost", action="store_true", help="skip the agent's cost per step")
+    ap.add_argument("--json", default=None, help="also write the result rows to this file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
     if args.child:
-        return _child(args.child, args.steps, args.wait_ms)
+        return _child(args.child, args.seconds, args.profile)
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"gpu_check: unknown case {unknown[0]!r} (cases: {', '.join(CASES)})", file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError:
-        print("no torch: skipped")
-        return 0
+        print("gpu_check: torch is not installed: the GPU validation needs PyTorch with CUDA", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
-        print("no CUDA GPU: skipped")
-        return 0
-    rows = []
+        print("gpu_check: no CUDA GPU here (torch.cuda.is_available() is False): nothing to validate", file=sys.stderr)
+        return 2
+    device = device_name()
+    print(f"gpu_check on {device}", flush=True)
+    rows: list[dict[str, Any]] = []
+    cost: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tm-gpu-check-") as tmp:
-        for case in CASES:
-            rows.append(_run_case(case, args.steps, args.wait_ms, tmp))
-    print(f"{'case':<8} {'data wait':>10} {'trainmon exposed':>17} {'profiler GPU idle':>18} {'diff':>7}  pairs")
-    worst = 0.0
+        for name in names:
+            print(f"  {name}: {CASES[name].what}", flush=True)
+            try:
+                rows.append(run_case(CASES[name], args.seconds, tmp))
+            except (RuntimeError, subprocess.SubprocessError, ValueError, KeyError) as e:
+                print(f"  {name}: {e}", file=sys.stderr)
+                rows.append({"case": name, "error": str(e)})
+        if not args.no_cost:
+            cost = measure_cost(tmp)
+    print()
+    print(format_table(rows))
     for r in rows:
-        run, truth = r["run"], r["truth"]
-        exposed = run.get("exposed_wait_fraction")
-        diff = abs(exposed - truth["idle_share"]) if exposed is not None else float("nan")
-        worst = max(worst, diff) if diff == diff else float("inf")
-        print(
-            f"{r['case']:<8} {run['data_wait_fraction']:>10.3f} "
-            f"{exposed if exposed is not None else float('nan'):>17.3f} {truth['idle_share']:>18.3f} {diff:>7.3f}  "
-            f"measured {truth.get('exposed_measured')}, skipped {truth.get('exposed_skipped')}"
-        )
-    print(f"largest difference: {worst:.3f} (the profiler's idle share also counts idle outside waits)")
-    return 0
+        print(f"  {r['case']}: {r.get('verdict')}: {r.get('summary') or r.get('error', '')}")
+    if cost:
+        print()
+        print(format_cost(cost))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device, "rows": rows, "cost": cost}, indent=2))
+    if args.markdown:
+        write_markdown(Path(args.markdown), markdown(device, rows, cost, time.strftime("%Y-%m-%d")))
+    return 0 if passed(rows) else 1
 
 
 if __name__ == "__main__":
