@@ -1,4 +1,5 @@
-"""Host CPU, memory, swap and load through psutil. Never raises: a failing metric becomes nan."""
+"""Host CPU, memory, swap and load through psutil, and the cores this process may really use (CPU affinity,
+cgroup quota: see ``cgroup.py``). Never raises: a failing metric becomes nan."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import psutil
 
 from trainmon.metrics import CPU_CORE
+from trainmon.sources.cgroup import CpuBudget
 
 log = logging.getLogger("trainmon.host")
 
@@ -16,9 +18,10 @@ log = logging.getLogger("trainmon.host")
 class HostSource:
     name = "host"
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = "") -> None:
         self._failed: set[str] = set()
-        self.cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+        self.cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1  # the host's logical CPUs
+        self._budget = CpuBudget(root)
         try:
             psutil.cpu_times_percent(interval=None, percpu=True)  # prime the deltas
         except Exception as exc:
@@ -54,6 +57,12 @@ class HostSource:
         except Exception as exc:
             self._fail("cpu", exc)
             out["cpu.busy"] = math.nan
+        try:
+            for name, value in self._budget.sample([None]).get(None, {}).items():
+                if name != "budget_id":
+                    out[f"cpu.{name}"] = value
+        except Exception as exc:
+            self._fail("usable cores", exc)
         try:
             vm = psutil.virtual_memory()
             out["mem.used_pct"] = vm.percent

@@ -3,7 +3,9 @@
 Only the pids handed over by `tracked()` are ever read, straight from /proc (standard library only).
 Thread states are point-in-time, so a background thread samples `/proc/<pid>/task/*/stat` several times per
 interval and `sample()` reports the share of observations in R (running or runnable), S (sleeping) and
-D (uninterruptible, nearly always disk or network-filesystem I/O). Never raises.
+D (uninterruptible, nearly always disk or network-filesystem I/O). For DataLoader workers the same looks also
+tell whether a worker that is not running waits on the network (a socket, a network filesystem: see
+``sockets.py``), which ``rchar`` misses for every client that reads sockets with recv(). Never raises.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from trainmon.metrics import PROC, PROC_IO_FIELDS
+from trainmon.sources.cgroup import CpuBudget
+from trainmon.sources.sockets import NET, UNKNOWN, NetWaits
 
 log = logging.getLogger("trainmon.procs")
 
@@ -26,8 +30,9 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_MAX = 8192
 _STATES = (b"R", b"S", b"D")
-# Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D]
-_NCOUNT = 8
+# Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D],
+# then, for workers, the observations in which the worker waited on the network and those whose wait was unresolved.
+_NCOUNT = 10
 THREAD_READS_PER_S = 200  # the state sampler's budget: 10 Hz for up to 20 threads, 1 Hz for 200, slower beyond
 
 
@@ -83,6 +88,12 @@ class ProcSource:
         self.na_reasons: dict[str, str] = {}
         self._roles: dict[int, str] = {}
         self._pids: tuple[int, ...] = ()  # read by the sampler thread; replaced, never mutated
+        self._workers: frozenset[int] = frozenset()  # likewise: the pids whose network waits are classified
+        self._socks: dict[int, int] = {}  # worker → network sockets it held at the last sample
+        self._net = NetWaits(self.proc_root)
+        # Usable cores of the training's main processes, read in the tree that holds proc_root (and its /sys).
+        tree, name = os.path.split(self.proc_root)
+        self._budget = CpuBudget("" if tree == "/" else tree) if name == "proc" else None
         self._prev: dict[int, _Prev] = {}
         self._counts: dict[int, list[int]] = {}
         self._lock = threading.Lock()
@@ -120,9 +131,14 @@ class ProcSource:
             pids = self._refresh_tracked()
             self._ensure_sampler()
             counts = self._take_counts(pids)
+            socks = self._net.network_sockets([pid for pid in pids if pid in self._workers])
+            mains = [pid for pid in pids if self._roles.get(pid) in ("main", "rank")]
+            for pid, figures in (self._budget.sample(mains) if self._budget is not None else {}).items():
+                for name, value in figures.items():
+                    out[PROC.key(pid, "cpu_" + name)] = value
             for pid in pids:
                 try:
-                    metrics = self._sample_pid(pid, counts.get(pid))
+                    metrics = self._sample_pid(pid, counts.get(pid), socks.get(pid))
                 except _Gone:
                     metrics = None
                 except Exception as exc:
@@ -160,6 +176,7 @@ class ProcSource:
             if ipid > 0:
                 roles[ipid] = str(role)
         self._roles = roles
+        self._workers = frozenset(pid for pid, role in roles.items() if role == "worker")
         self._pids = tuple(sorted(roles))
         return self._pids
 
@@ -183,18 +200,21 @@ class ProcSource:
                 return
             try:
                 threads = 0
+                self._net.begin_pass()
                 for pid in self._pids:
                     obs = self._observe(pid)
                     if obs is not None:
-                        self._add_counts(pid, obs)
-                        threads += obs[0]
+                        counts, reads = obs
+                        self._add_counts(pid, counts)
+                        threads += reads
                 # A budget of thread reads per second: a big tree is looked at less often, not at a higher cost.
                 period = max(base, threads / THREAD_READS_PER_S)
             except Exception as exc:
                 self._log_once("sampler", "procs: state sampler error: %r", exc)
 
-    def _observe(self, pid: int) -> list[int] | None:
-        """One look at every thread's state of pid: counts as in _NCOUNT. None when the process is gone."""
+    def _observe(self, pid: int) -> tuple[list[int], int] | None:
+        """One look at every thread's state of pid: counts as in _NCOUNT, and the thread reads it took.
+        None when the process is gone."""
         task_dir = f"{self.proc_root}/{pid}/task"
         try:
             tids = os.listdir(task_dir)
@@ -202,6 +222,7 @@ class ProcSource:
             return None
         counts = [0] * _NCOUNT
         main = str(pid)
+        blocked: list[str] = []
         for tid in tids:
             try:
                 data = _read(f"{task_dir}/{tid}/stat")
@@ -212,11 +233,32 @@ class ProcSource:
             counts[0] += 1
             if idx:
                 counts[idx] += 1
+            if state in (b"S", b"D"):
+                blocked.append(tid)
             if tid == main:
                 counts[4] += 1
                 if idx:
                     counts[4 + idx] += 1
-        return counts
+        reads = counts[0]
+        # What a waiting worker waits on: only the run's DataLoader workers, only while their main thread is not
+        # running, only their blocked threads (main first), stopping at the first network wait; each look counts
+        # against THREAD_READS_PER_S like a state read, so a large tree is looked at less often, not at more cost.
+        if pid in self._workers and counts[4] and not counts[5]:
+            if main in blocked:
+                blocked.remove(main)
+                blocked.insert(0, main)
+            unresolved = False
+            holds_network = self._socks.get(pid, 0) > 0
+            for tid in blocked:
+                reads += 1
+                kind = self._net.classify(pid, tid, holds_network)
+                if kind == NET:
+                    counts[8] += 1
+                    break
+                unresolved = unresolved or kind == UNKNOWN
+            else:
+                counts[9] += int(unresolved)
+        return counts, reads
 
     def _add_counts(self, pid: int, obs: list[int]) -> None:
         with self._lock:
@@ -235,12 +277,12 @@ class ProcSource:
             if not counts.get(pid, [0])[0]:
                 obs = self._observe(pid)
                 if obs is not None:
-                    counts[pid] = obs
+                    counts[pid] = obs[0]
         return counts
 
     # ---- per pid reads ----------------------------------------------------------------------------------
 
-    def _sample_pid(self, pid: int, counts: list[int] | None) -> dict[str, float] | None:
+    def _sample_pid(self, pid: int, counts: list[int] | None, socks: int | None = None) -> dict[str, float] | None:
         cur = self._read_pid(pid)
         prev = self._prev.get(pid)
         if prev is not None and prev.starttime != cur.starttime:
@@ -248,6 +290,8 @@ class ProcSource:
         p = PROC.id_prefix(pid)
         out: dict[str, float] = {p + "rss_mb": cur.rss_bytes / MB, p + "threads": float(cur.threads)}
         out.update(_state_shares(p, counts))
+        if pid in self._workers:
+            out.update(self._net_figures(pid, p, counts, socks, cur.na))
         self._note_na(pid, p, cur.na)
         for key in cur.na:
             out[p + key] = math.nan
@@ -256,6 +300,32 @@ class ProcSource:
         self._prev[pid] = _Prev(
             t=cur.t, starttime=cur.starttime, cpu_ticks=cur.cpu_ticks, io=cur.io, wait_ns=cur.wait_ns, wait_t=cur.wait_t
         )
+        return out
+
+    def _net_figures(
+        self, pid: int, prefix: str, counts: list[int] | None, socks: int | None, na: dict[str, str]
+    ) -> dict[str, float]:
+        """A worker's network-wait shares (of the looks at it) and the network sockets it holds."""
+        out: dict[str, float] = {}
+        if socks is not None:
+            self._socks[pid] = socks
+            out[prefix + "net_sockets"] = float(socks)
+        if pid in self._net.syscall_denied:
+            self._log_once(
+                "net-wchan",
+                "procs: %s/<pid>/task/*/syscall not readable: network waits from wait channels only, "
+                "poll and epoll waits unresolved",
+                self.proc_root,
+            )
+        if pid in self._net.syscall_denied and pid in self._net.wchan_hidden:
+            reason = (
+                f"{self.proc_root}/{pid}/task/*/syscall is not readable and wchan reads 0 "
+                "(run trainmon as the training job's user, or as root)"
+            )
+            na["net_wait"] = na["wait_unresolved"] = reason
+        elif counts and counts[4]:
+            out[prefix + "net_wait"] = counts[8] / counts[4]
+            out[prefix + "wait_unresolved"] = counts[9] / counts[4]
         return out
 
     def _read_pid(self, pid: int) -> _Reading:
@@ -343,6 +413,8 @@ class ProcSource:
 
     def _forget(self, pid: int) -> None:
         self._prev.pop(pid, None)
+        self._socks.pop(pid, None)
+        self._net.forget(pid)
         prefix = PROC.id_prefix(pid)
         for key in [k for k in self.na_reasons if k.startswith(prefix)]:
             del self.na_reasons[key]
