@@ -49,6 +49,7 @@ K_CKPT = 6  # torch.save / checkpoint: t0..t1
 K_MARK = 7  # trainmon.agent.mark(name): id = name id
 K_PHASE = 8  # with trainmon.agent.phase(name): id = name id, t0..t1
 K_EXPOSED = 9  # GPU idle exposed by a data wait (CUDA events): value = exposed ns
+K_COMM = 10  # the training thread blocked in collective communication: id = COMM_OPS index, t0..t1, value = 0
 KIND_NAMES = {
     K_WAIT: "wait",
     K_ITER_END: "iter_end",
@@ -59,7 +60,25 @@ KIND_NAMES = {
     K_MARK: "mark",
     K_PHASE: "phase",
     K_EXPOSED: "exposed",
+    K_COMM: "comm",
 }
+# The id of a comm record: what the thread was blocked in (index into this tuple; unknown ids read as "other").
+COMM_OPS = (
+    "other",
+    "ddp_grad_sync",  # DistributedDataParallel's reducer, from the end of backward's compute to its return
+    "wait",  # Work.wait() of an asynchronous collective
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+    "send",
+    "recv",
+)
 
 _BIG_ENDIAN = sys.byteorder == "big"
 

@@ -41,7 +41,24 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
     if name == "healthy":
         assert not [f for f in report["findings"] if f["severity"] != "ok"], report["findings"]
     if name == "straggler":
-        assert verdict["evidence"]["rank"] == 1
+        assert verdict["evidence"]["rank"] == 1 and verdict["evidence"]["kind"] == "data", detail
+        assert "dist.comm" not in {f["code"] for f in report["findings"]}, report["findings"]
+    if scenario.ranks > 1:
+        comm = {r["rank"]: r["comm_fraction"] for r in report["runs"]}
+        assert all(isinstance(c, float) and 0 <= c < 1 for c in comm.values()), comm
+    if name == "compute-straggler":
+        ev = verdict["evidence"]
+        assert ev["rank"] == 1 and ev["kind"] == "compute" and ev["score"] < 0.75, detail
+        ranks = ev["ranks"]
+        assert ranks["rank 1"]["compute_ms_p50"] > ranks["rank 0"]["compute_ms_p50"], ranks
+        assert ranks["rank 0"]["comm_fraction"] > ranks["rank 1"]["comm_fraction"], ranks  # rank 0 waits for it
+    if name == "comm-bound":
+        ev = verdict["evidence"]
+        assert ev["comm_share_p50"] >= 0.10 and "ddp_grad_sync" in ev["by_op"], detail
+        assert all(r["comm_fraction"] >= 0.10 for r in report["runs"]), report["runs"]
+    if name == "ddp-healthy":
+        codes = {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
+        assert not codes & {"dist.comm", "dist.straggler"}, (report["findings"], report["timeline"])
     if name == "slow-storage":
         assert verdict["evidence"]["sub_cause"] == "disk"
     if name == "remote-storage":

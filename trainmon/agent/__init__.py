@@ -16,13 +16,16 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmon import __version__, protocol
 from trainmon.agent import _hot
 from trainmon.agent._redact import redact_argv
 from trainmon.agent._sender import Sender, debug
 from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
+
+if TYPE_CHECKING:
+    from trainmon.agent._dist import DistHooks
 
 __all__ = ["attach", "attached", "detach", "mark", "phase", "stats", "step"]
 
@@ -53,7 +56,20 @@ class _Agent:
         )
         self.registry = Registry(self.sender.add_control)
         self.hooks = TorchHooks(self.registry)
-        self.sender.on_tick = self.hooks.poll_cuda
+        self.dist: DistHooks | None = None  # made once the job imports torch.distributed
+        self.sender.on_tick = self._tick
+
+    def _tick(self) -> None:
+        """Each sender tick: has the job initialised CUDA, or a torch.distributed process group, yet?"""
+        try:
+            self.hooks.poll_cuda()
+        finally:
+            if self.dist is None and "torch.distributed" in sys.modules:
+                from trainmon.agent._dist import DistHooks  # only then: `import trainmon.agent` stays as small
+
+                self.dist = DistHooks()
+            if self.dist is not None:
+                self.dist.poll()
 
     def start(self) -> None:
         try:
@@ -66,7 +82,11 @@ class _Agent:
 
     def stop(self, reason: str) -> None:
         self.hooks.uninstall()
+        if self.dist is not None:
+            self.dist.uninstall()
         self.sender.stop(reason=reason)
+        if self.dist is not None:
+            self.dist.uninstall()  # made by a tick that ran while stopping
 
 
 def _env_int(name: str) -> int | None:
@@ -240,6 +260,9 @@ def _after_fork_in_child() -> None:
         try:
             agent.hooks.lock = threading.Lock()  # the sender thread may have held it at the fork
             agent.hooks.uninstall()
+            if agent.dist is not None:
+                agent.dist.lock = threading.Lock()
+                agent.dist.uninstall()
         except Exception:
             pass
 

@@ -104,6 +104,28 @@ SCENARIOS: dict[str, Scenario] = {
             ranks=2,
         ),
         Scenario(
+            "compute-straggler",
+            "dist.straggler",
+            "two ranks (gloo DDP); rank 1's forward does 20 more matmuls, as a slower or throttled device would: "
+            "step times stay equal, rank 0 waits in the all-reduce",
+            ("--workers", "0", "--extra-matmuls", "20", "--extra-rank", "1", *SECONDS),
+            ranks=2,
+        ),
+        Scenario(
+            "comm-bound",
+            "dist.comm",
+            "two ranks (gloo DDP) all-reduce the gradients of 4.7 M parameters after 4 samples of compute each",
+            ("--workers", "0", "--width", "2048", "--batch-size", "4", *SECONDS),
+            ranks=2,
+        ),
+        Scenario(
+            "ddp-healthy",
+            "ok.compute_bound",
+            "two balanced ranks (gloo DDP): 256 samples of compute-heavy work per step, 134 k parameters to reduce",
+            ("--workers", "0", "--width", "256", "--batch-size", "256", "--extra-matmuls", "48", *SECONDS),
+            ranks=2,
+        ),
+        Scenario(
             "switch",
             "input.main_process",
             "data loads in the main process for 18 s, then two workers take over: the cause changes halfway",

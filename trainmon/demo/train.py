@@ -151,6 +151,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--slow-rank", type=int, default=None, help="(distributed) this rank's data is slower")
     p.add_argument("--slow-sleep-ms", type=float, default=0.0)
+    p.add_argument(
+        "--extra-matmuls",
+        type=int,
+        default=0,
+        help="each forward multiplies the hidden activations by a fixed width×width matrix this many times more "
+        "(compute without parameters)",
+    )
+    p.add_argument(
+        "--extra-rank",
+        type=int,
+        default=None,
+        help="(distributed) only this rank does --extra-matmuls: a slower or throttled device",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-attach", action="store_true")
@@ -212,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         nn.ReLU(),
         nn.Linear(args.width, 10),
     ).to(device)
+    if args.extra_matmuls:
+        model.insert(2, extra_compute(args, rank))  # on every rank, so parameter names match across ranks
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -277,6 +292,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_report:
         _self_report(args, step, waits, step_ends)
     return 0
+
+
+def extra_compute(args: argparse.Namespace, rank: int):
+    """``--extra-matmuls`` products of the activations with a fixed matrix (a tensor, not a parameter or a buffer:
+    DDP neither reduces nor broadcasts it), forward and backward; on ``--extra-rank`` only where given."""
+    import torch
+    from torch import nn
+
+    n = args.extra_matmuls if args.extra_rank is None or rank == args.extra_rank else 0
+    matrix = torch.randn(args.width, args.width, generator=torch.Generator().manual_seed(1)) / args.width**0.5
+
+    class ExtraCompute(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.matrix = matrix.to(args.device)
+
+        def forward(self, h):
+            for _ in range(n):
+                h = torch.tanh(h @ self.matrix)
+            return h
+
+    return ExtraCompute()
 
 
 def _evaluate(model, loader, batches: int) -> None:

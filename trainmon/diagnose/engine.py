@@ -12,6 +12,7 @@ from trainmon.diagnose import rules
 from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding, headline
+from trainmon.diagnose.rules.dist import comm_bound
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run_window
 from trainmon.numbers import is_nan
@@ -86,7 +87,10 @@ def evaluate(
                 if f is not None:
                     findings.append(f)
         for windows in jobs.values():
-            if len(windows) > 1 and (f := rules.straggler(windows, input_by_run, th)) is not None:
+            slow = rules.straggler(windows, input_by_run, th) if len(windows) > 1 else None
+            if slow is not None:
+                findings.append(slow)
+            if (f := comm_bound(windows, th, straggler_found=slow is not None)) is not None:
                 findings.append(f)
         if (f := rules.host_memory(host, th)) is not None:
             findings.append(f)

@@ -16,6 +16,7 @@ CODES: dict[str, str] = {
     "input.workers_cpu": "workers are CPU-bound and the host CPU is saturated",
     "input.too_few_workers": "workers are busy all the time while the host has idle cores",
     "input.host_to_device": "host→device copies are exposed",
+    "dist.comm": "time in collectives is a material share of the step and no single rank explains it",
     "host.overhead": "the main thread is busy outside data waits while the accelerator idles",
     "host.sync": "the GPU drains every step because the host waits on it (.item(), .cpu(), synchronize)",
     "gpu.small_work": "the GPU reports busy but its SMs are mostly idle: small batches, tiny or launch-bound kernels",

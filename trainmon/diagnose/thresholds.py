@@ -1,7 +1,8 @@
 """The rules' thresholds, one dataclass (a config file's [thresholds] table overrides any of them).
 
 Defaults come from the established tools: the TensorBoard profiler plugin (DataLoader > 5 % of the step),
-SageMaker Debugger (CPU > 90 %, iowait), nvidia-resiliency-ext (straggler score < 0.75); README "Verdicts".
+SageMaker Debugger (CPU > 90 %, iowait), nvidia-resiliency-ext (straggler score < 0.75), the PyTorch Profiler
+plugin (communication > 10 % of the step); README "Verdicts".
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class Thresholds:
     swap_growth_mb: float = 64.0
     straggler_wait_gap: float = 0.10  # a rank waits this share of the step more than the others
     straggler_step_ratio: float = 1.25  # unsynchronised ranks: step time this much above the others
+    straggler_score: float = 0.75  # others' median compute / this rank's compute under this (nvidia-resiliency-ext)
+    comm_share: float = 0.10  # time blocked in collectives, share of the step (PyTorch Profiler plugin: > 10 %)
+    comm_critical_share: float = 0.30
     hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
     change_hold_s: float = 1.0  # ... or this long after a change the live window was cut at
     change_min_steps: int = 10  # a live change needs this many steps on either side of it

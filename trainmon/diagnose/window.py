@@ -57,6 +57,7 @@ class RunWindow:
     exposed_s: float = 0.0
     exposed_wait_s: float = 0.0  # host time of the waits that were measured (sampling may skip some)
     exposed_steps: int = 0
+    comm_s: float = 0.0  # time the training thread was blocked in collectives (agent comm records)
     sorted_durations: list[float] = field(default_factory=list)  # all steady steps', or an even sample
     checkpoint_spans: list[tuple[float, float]] = field(default_factory=list)
     loader_id: int | None = None
@@ -68,16 +69,37 @@ class RunWindow:
         """start, end, duration and wait of every steady step in the window (C-level slices)."""
         if self._rows is None:
             return array("d"), array("d"), array("d"), array("d")
+        steps = self._rows[0]
+        start, end, dur, wait = self._steady((steps.start, steps.end, steps.dur, steps.wait))
+        return start, end, dur, wait
+
+    def _steady(self, cols: tuple[array[float], ...]) -> list[array[float]]:
+        """The steady steps' rows of columns of the window's step table."""
+        assert self._rows is not None
         steps, first, stop, mask = self._rows
         offset = steps.total - len(steps)  # steps trimmed from the table since the window was taken
         i, j = max(0, first - offset), max(0, stop - offset)
-        cols = (steps.start, steps.end, steps.dur, steps.wait)
         if mask is None:
-            start, end, dur, wait = (c[i:j] for c in cols)
-        else:
-            segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
-            start, end, dur, wait = (_pick(c, i, segments) for c in cols)
-        return start, end, dur, wait
+            return [c[i:j] for c in cols]
+        segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
+        return [_pick(c, i, segments) for c in cols]
+
+    def compute_p50_s(self) -> float:
+        """Median over the steady steps of step − data wait − communication: the rank's own work per step."""
+        if self._rows is None or not self.steps:
+            return math.nan
+        steps = self._rows[0]
+        dur, wait, comm = self._steady((steps.dur, steps.wait, steps.comm))
+        return quantile([max(0.0, d - w - c) for d, w, c in zip(dur, wait, comm, strict=True)], 0.5)
+
+    def comm_share_p50(self) -> float:
+        """Median over the steady steps of each step's share blocked in collectives: what communication
+        costs a typical step, whatever a few steps held up by a preempted peer waited (nan: none measured)."""
+        if self._rows is None or not self.steps or not self.run.comm_by_op:
+            return math.nan
+        steps = self._rows[0]
+        dur, comm = self._steady((steps.dur, steps.comm))
+        return quantile([c / d if d > 0 else 0.0 for d, c in zip(dur, comm, strict=True)], 0.5)
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
         """Each steady step's (start, end) and wait."""
@@ -121,6 +143,14 @@ class RunWindow:
         if self.exposed_wait_s > 0 and not is_nan(self.wait_fraction):
             return min(1.0, self.exposed_s / self.exposed_wait_s) * self.wait_fraction
         return self.exposed_s / self.step_time_s
+
+    @property
+    def comm_fraction(self) -> float:
+        """Time blocked in collective communication / step time (nan where the run reported none: not
+        distributed, or an agent that does not measure it)."""
+        if not self.run.comm_by_op or self.step_time_s <= 0:
+            return math.nan
+        return self.comm_s / self.step_time_s
 
     @property
     def starving_fraction(self) -> float:
@@ -266,6 +296,7 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     w.wait_s = sum(cum_wait[i + b] - cum_wait[i + a] for a, b in segments)
     w.samples = round(sum(cum_samples[i + b] - cum_samples[i + a] for a, b in segments))
     w.last_end = steps.end[i + segments[-1][1] - 1]
+    w.comm_s = math.fsum(_pick(steps.comm, i, segments))
     exposed = _pick(steps.exposed, i, segments)
     if exposed.tobytes() != _NAN8 * m:  # some step in the window has a measured exposed wait (CUDA)
         measured = known(exposed)

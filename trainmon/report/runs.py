@@ -39,7 +39,7 @@ def exposed_wait_fraction(exposed: float, exposed_wait: float, wait: float, tota
 def run_summary(run: Run) -> RunSummary:
     steps = run.steps
     durations: list[float] = []
-    wait = total = exposed = exposed_wait = 0.0
+    wait = total = exposed = exposed_wait = comm = 0.0
     samples = 0
     for k in range(len(steps)):
         if steps.warm[k]:
@@ -48,6 +48,7 @@ def run_summary(run: Run) -> RunSummary:
         durations.append(d)
         total += d
         wait += steps.wait[k]
+        comm += steps.comm[k]
         samples += steps.samples[k]
         if steps.exposed[k] == steps.exposed[k]:  # measured (CUDA)
             exposed += steps.exposed[k]
@@ -68,6 +69,7 @@ def run_summary(run: Run) -> RunSummary:
         },
         "data_wait_fraction": rounded(wait / total if total > 0 else math.nan, 4),
         "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
+        "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
         "samples_per_s": rounded(samples / total if total > 0 and samples else math.nan, 2),
         "dataloader": loader_config(train.config if train is not None else {}),
         "loaders": len(run.loaders),

@@ -61,6 +61,7 @@ class RunSummary(TypedDict):
     step_time_ms: StepTimes
     data_wait_fraction: float | None
     exposed_wait_fraction: float | None  # share of step time the GPU sat idle because of waits (CUDA only)
+    comm_fraction: float | None  # share of step time blocked in collectives (None: no communication measured)
     samples_per_s: float | None
     dataloader: LoaderConfig | None
     loaders: int

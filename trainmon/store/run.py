@@ -22,7 +22,9 @@ from typing import Any
 
 from trainmon.labels import main_role, run_label
 from trainmon.protocol import (
+    COMM_OPS,
     K_CKPT,
+    K_COMM,
     K_EXPOSED,
     K_ITER_END,
     K_ITER_START,
@@ -76,6 +78,7 @@ class Run:
         self.phases: list[tuple[float, float, str]] = []
         self.iter_starts: list[tuple[float, int]] = []  # (t, loader id)
         self.eval_wait_s = 0.0
+        self.comm_by_op: dict[str, float] = {}  # seconds blocked in each kind of collective (protocol.COMM_OPS)
         self.records = 0
         self._events_cap = cap
         # step derivation state
@@ -86,6 +89,7 @@ class Run:
         self._cur_batches = 0
         self._cur_exposed = float("nan")
         self._cur_exposed_wait = 0.0  # host time of the building step's measured waits (-1: all of its wait)
+        self._cur_comm = 0.0  # the building step's time in collectives
         self._last_end: float | None = None
         self._warm_until = WARMUP_STEPS
         self._seen_any_wait = False
@@ -228,6 +232,7 @@ class Run:
         batch then the step's boundary), which is folded in whole columns (see _fold_regular)."""
         self.records += len(records) // 4
         records, exposed = _split_exposed(records)
+        records, comm = _split_kind(records, K_COMM)
         n = len(records) // 4
         tags = records[0::4]
         t0s = records[1::4]
@@ -248,6 +253,24 @@ class Run:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
         if exposed is not None:
             self._apply_exposed(exposed)
+        if comm is not None:
+            self._apply_comm(comm)
+
+    def _apply_comm(self, records: array[int]) -> None:
+        """``comm`` records (the thread blocked in a collective, see agent/_dist.py) go to the step whose span
+        holds them, or to the step being built; like ``exposed`` records they are applied after the rest of
+        their batch, so they never break the regular pattern _fold_regular folds."""
+        ops = self.comm_by_op
+        for i in range(0, len(records), 4):
+            tag, t0n, t1n = records[i : i + 3]
+            if t1n <= t0n:
+                continue
+            t0, t1 = t0n * NS, t1n * NS
+            op = tag >> 8
+            name = COMM_OPS[op] if 0 <= op < len(COMM_OPS) else COMM_OPS[0]
+            ops[name] = ops.get(name, 0.0) + (t1 - t0)
+            if not self.steps.add_comm(t0, t1) and self._cur_start is not None and t1 > self._cur_start:
+                self._cur_comm += t1 - t0
 
     def _apply_exposed(self, records: array[int]) -> None:
         """``exposed`` records (CUDA event pairs, see agent/_cuda.py) arrive after their wait, often after
@@ -448,20 +471,25 @@ class Run:
         warm = self.steps.total < self._warm_until
         wait = min(self._cur_wait, end - start)
         covered = self._cur_exposed_wait if self._cur_exposed_wait >= 0 else wait
-        self.steps.add(start, end, wait, samples, warm, self._cur_exposed, self._train or 0, covered)
+        self.steps.add(start, end, wait, samples, warm, self._cur_exposed, self._train or 0, covered, self._cur_comm)
         self._last_end = end
         self._cur_wait = 0.0
         self._cur_batches = 0
         self._cur_exposed = _NAN
         self._cur_exposed_wait = 0.0
+        self._cur_comm = 0.0
 
 
 def _split_exposed(records: array[int]) -> tuple[array[int], array[int] | None]:
-    """(the batch without its ``exposed`` records, those records or None): C-level finds and slices,
-    one per exposed record, never a Python step per record."""
+    return _split_kind(records, K_EXPOSED)
+
+
+def _split_kind(records: array[int], kind: int) -> tuple[array[int], array[int] | None]:
+    """(the batch without its records of ``kind``, those records or None): C-level finds and slices,
+    one per such record, never a Python step per record."""
     with memoryview(records) as view, view.cast("B") as raw:
         kinds = raw[_KIND_BYTE :: 4 * 8].tobytes()
-    pos = kinds.find(K_EXPOSED)
+    pos = kinds.find(kind)
     if pos < 0:
         return records, None
     rest: array[int] = array("q")
@@ -471,7 +499,7 @@ def _split_exposed(records: array[int]) -> tuple[array[int], array[int] | None]:
         rest += records[4 * start : 4 * pos]
         taken += records[4 * pos : 4 * pos + 4]
         start = pos + 1
-        pos = kinds.find(K_EXPOSED, start)
+        pos = kinds.find(kind, start)
     rest += records[4 * start :]
     return rest, taken
 

@@ -11,7 +11,8 @@ _NAN = float("nan")
 
 
 class Steps:
-    """Columnar step table: start, end, duration, data wait (s), samples, warm-up flag, loader.
+    """Columnar step table: start, end, duration, data wait (s), samples, warm-up flag, loader, and the time
+    the training thread was blocked in collective communication (s; 0 where the agent measured none).
 
     ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
     ``total`` counts every step ever completed."""
@@ -19,6 +20,7 @@ class Steps:
     __slots__ = (
         "_cum",
         "cap",
+        "comm",
         "dur",
         "end",
         "exposed",
@@ -45,6 +47,7 @@ class Steps:
         self.samples = array("l")
         self.warm = array("b")
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
+        self.comm = array("d")  # time in collectives (comm records), added to the step that holds each span
         self.total = 0  # steps ever completed (the table itself may be trimmed)
         self.scan: tuple[Any, ...] | None = (
             None  # the diagnosis's incremental scan for long steps (see diagnose.window)
@@ -62,6 +65,7 @@ class Steps:
             self.samples,
             self.warm,
             self.loader,
+            self.comm,
         )
 
     def add(
@@ -74,6 +78,7 @@ class Steps:
         exposed: float,
         loader: int = 0,
         exposed_wait: float = 0.0,
+        comm: float = 0.0,
     ) -> None:
         self.start.append(start)
         self.end.append(end)
@@ -84,6 +89,7 @@ class Steps:
         self.samples.append(samples)
         self.warm.append(1 if warm else 0)
         self.loader.append(loader)
+        self.comm.append(comm)
         self.total += 1
         self.trim()
 
@@ -101,6 +107,7 @@ class Steps:
         self.samples.extend(array("l", [samples]) * n)
         self.warm.extend(bytes(n))
         self.loader.extend(array("l", [loader]) * n)
+        self.comm.extend(array("d", [0.0]) * n)
         self.total += n
         self.trim()
 
@@ -150,6 +157,16 @@ class Steps:
         old = self.exposed[k]
         self.exposed[k] = exposed if old != old else old + exposed
         self.exposed_wait[k] += t1 - t0
+        return True
+
+    def add_comm(self, t0: float, t1: float) -> bool:
+        """Add a communication span [t0, t1] to the finished step that holds it (by its midpoint); False when
+        no step in the table does."""
+        mid = (t0 + t1) * 0.5
+        k = bisect_left(self.end, mid)
+        if k >= len(self.end) or self.start[k] > mid:
+            return False
+        self.comm[k] += t1 - t0
         return True
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:

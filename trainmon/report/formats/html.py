@@ -16,6 +16,7 @@ CODE_COLORS = {
     "stall.checkpoint": "#6a1b9a",
     "stall.periodic": "#8e24aa",
     "dist.straggler": "#00838f",
+    "dist.comm": "#0097a7",
     "gpu.throttled": "#d84315",
     "memory.host_pressure": "#4e342e",
     "memory.gpu_pressure": "#4e342e",
