@@ -243,10 +243,11 @@ MAX_ARGV_CHARS = 16 * 1024
 MAX_LOADER_ID = 4096
 MAX_NAMES = 4096
 MAX_LIST = 1024
-_HELLO_STR = ("host", "session", "name", "torch", "python", "trainmon", "device", "peer")
+_HELLO_STR = ("host", "session", "name", "torch", "python", "trainmon", "device", "peer", "job_id", "node")
 _HELLO_INT = (
     "ppid",
     "rank",
+    "global_rank",
     "local_rank",
     "world_size",
     "connection",

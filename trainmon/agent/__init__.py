@@ -140,6 +140,9 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
         "local_rank": _env_int("LOCAL_RANK"),
         "world_size": _env_int("WORLD_SIZE"),
         "job": {k: os.environ[k] for k in _RANK_ENV if k in os.environ and not k.endswith("RANK")},
+        "job_id": _job_id(),
+        "node": (os.environ.get("TRAINMON_NODE") or socket.gethostname())[:200],
+        "global_rank": rank,
         "torch": getattr(torch, "__version__", None) if torch is not None else None,
         "python": sys.version.split()[0],
         "trainmon": __version__,
@@ -147,6 +150,20 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
         "mono_ns": time.monotonic_ns(),
         "wall": time.time(),
     }
+
+
+def _job_id() -> str | None:
+    """One id for every rank of a job, on every node: the elastic run id, else the rendezvous address and world
+    size, else the scheduler's job, else the ``trainmon run`` that launched it (None: a job of one process)."""
+    env = os.environ
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":  # torchrun's default --rdzv-id is "none": the same on unrelated jobs
+        return run_id[:200]
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}/{env.get('WORLD_SIZE', '?')}"[:200]
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}"[:200]
+    return env.get("TRAINMON_JOB", "")[:200] or None
 
 
 def _hello_extra() -> dict[str, Any]:

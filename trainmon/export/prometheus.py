@@ -1,13 +1,16 @@
 """Prometheus exporter: ``/metrics`` built at scrape time from the headless Monitor.
 
 Metric names follow Prometheus conventions: ``trainmon_`` prefix, base units (seconds, bytes,
-ratios 0..1 or explicit ``_percent``), ``_total`` for counters; labels ``host``, ``gpu``,
-``device``, ``rank``, ``pid``.
+ratios 0..1 or explicit ``_percent``), ``_total`` for counters. Labels hold identities and codes only, never
+a number or a sentence, so a server keeps the same few series for months: ``host`` (this monitor's node),
+``gpu``, ``device``, and per run ``node``, ``job_id``, ``rank`` (global), ``pid``, ``name``; verdicts ``code``
+and ``severity``. The job is ``job_id``, not ``job``: Prometheus sets ``job`` on every series it scrapes.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import socket
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -20,8 +23,10 @@ from prometheus_client.core import (
     StateSetMetricFamily,
 )
 
-from trainmon.diagnose.findings import CODES
-from trainmon.metrics import DISK, GPU, HOST, Family, Field
+from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.labels import run_label
+from trainmon.metrics import DISK, GPU, HOST, LIMITING_THROTTLE, THROTTLE_REASONS, Family, Field
 from trainmon.protocol import parse_tcp
 
 if TYPE_CHECKING:
@@ -63,7 +68,7 @@ class MonitorCollector:
 
     def __init__(self, monitor: MonitorState, host: str | None = None) -> None:
         self.monitor = monitor
-        self.host = host or socket.gethostname()
+        self.host = host or node_name()
 
     def collect(self) -> Iterator[Any]:
         store = self.monitor.store
@@ -72,6 +77,7 @@ class MonitorCollector:
         yield from self._host(latest)
         yield from self._family(GPU, latest)
         yield from self._family(DISK, latest)
+        yield from self._throttled(latest)
         yield from self._runs()
         yield from self._verdict()
 
@@ -97,11 +103,37 @@ class MonitorCollector:
             fam.add_metric([self.host, parsed[0]], value * field.scale)
         yield from families.values()
 
+    def _throttled(self, latest: dict[str, float]) -> Iterator[Any]:
+        """Per GPU: 1 while a limiting clock-event reason holds it back, as ``gpu.throttled`` counts it (a power
+        cap only with the SM clock below ``throttle_power_cap_clock`` of its maximum); and 0/1 per reason."""
+        labels = ["host", "gpu"]
+        held = GaugeMetricFamily("trainmon_gpu_throttled", "1 while the GPU's clocks are held down", labels=labels)
+        by_reason = GaugeMetricFamily(
+            "trainmon_gpu_throttle_reason", "1 while this clock-event reason is set", labels=[*labels, "reason"]
+        )
+        th = getattr(self.monitor, "thresholds", None)
+        share = (th if isinstance(th, Thresholds) else Thresholds()).throttle_power_cap_clock
+        for key, mask in latest.items():
+            parsed = GPU.parse(key)
+            if parsed is None or parsed[1] != "throttle" or not _ok(mask):
+                continue
+            gpu = parsed[0]
+            bits = int(mask) & LIMITING_THROTTLE
+            clock = latest.get(GPU.key(gpu, "sm_clock_mhz"), math.nan)
+            clock_max = latest.get(GPU.key(gpu, "sm_clock_max_mhz"), math.nan)
+            if bits & SW_POWER_CAP and not clock < share * clock_max:  # no clock to compare: the cap does not count
+                bits &= ~SW_POWER_CAP
+            held.add_metric([self.host, gpu], 1.0 if bits else 0.0)
+            for reason in LIMITING_REASONS:
+                by_reason.add_metric([self.host, gpu, reason.report], 1.0 if int(mask) & reason.bit else 0.0)
+        yield held
+        yield by_reason
+
     def _runs(self) -> Iterator[Any]:
         snap = self.monitor.last_snapshot
         if snap is None:
             return
-        labels = ["host", "rank", "pid", "name"]
+        labels = RUN_LABELS
         step = GaugeMetricFamily("trainmon_step_time_seconds", "median step time over the window", labels=labels)
         wait = GaugeMetricFamily(
             "trainmon_data_wait_ratio", "share of step time waiting on the DataLoader", labels=labels
@@ -118,8 +150,15 @@ class MonitorCollector:
             "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)",
             labels=[*labels, "gpu"],
         )
+        verdict = GaugeMetricFamily(
+            "trainmon_run_verdict_info",
+            "1, labelled with the code and severity of the finding that heads this run now",
+            labels=[*labels, "code", "severity"],
+        )
+        idents = self._identities()
         for r in snap.runs:
-            lv = [self.host, "" if r.rank is None else str(r.rank), str(r.pid), r.name]
+            job_id, node = idents.get(r.run_id, ("", self.host))
+            lv = [self.host, node, job_id, "" if r.rank is None else str(r.rank), str(r.pid), r.name]
             if _ok(r.step_p50_ms):
                 step.add_metric(lv, r.step_p50_ms / 1e3)
             if _ok(r.wait_fraction):
@@ -132,18 +171,47 @@ class MonitorCollector:
             up.add_metric(lv, 1.0 if r.connected else 0.0)
             for g in r.gpus:
                 on_gpu.add_metric([*lv, str(g)], 1.0)
-        yield from (step, wait, sps, rate, steps, drops, up, on_gpu)
+            top = run_finding(snap.findings, run_label(r.rank, r.pid))
+            if top is not None:
+                verdict.add_metric([*lv, top.code, top.severity], 1.0)
+        yield from (step, wait, sps, rate, steps, drops, up, on_gpu, verdict)
+
+    def _identities(self) -> dict[int, tuple[str, str]]:
+        """(job id, node) of each run of the store, by run id."""
+        store = self.monitor.store
+        with store.lock:
+            return {run_id: (run.job_id, run.node) for run_id, run in store.runs.items()}
 
     def _verdict(self) -> Iterator[Any]:
         snap = self.monitor.last_snapshot
         v = snap.verdict if snap is not None else None
-        info = InfoMetricFamily("trainmon_verdict", "the headline verdict", labels=["host"])
+        info = InfoMetricFamily("trainmon_verdict", "the headline verdict (its code and severity)", labels=["host"])
+        severity = GaugeMetricFamily(
+            "trainmon_verdict_severity", "the headline verdict's severity: 0 ok, 1 warning, 2 critical", labels=["host"]
+        )
         state = StateSetMetricFamily("trainmon_verdict_code", "which verdict code holds now", labels=["host"])
         if v is not None:
-            info.add_metric([self.host], {"code": v.code, "severity": v.severity, "summary": v.summary[:200]})
+            info.add_metric([self.host], {"code": v.code, "severity": v.severity})
+            severity.add_metric([self.host], float(SEVERITIES.index(v.severity)))
             state.add_metric([self.host], {code: code == v.code for code in CODES})
         yield info
+        yield severity
         yield state
+
+
+RUN_LABELS = ["host", "node", "job_id", "rank", "pid", "name"]
+LIMITING_REASONS = [r for r in THROTTLE_REASONS if r.limiting]
+SW_POWER_CAP = next(r.bit for r in THROTTLE_REASONS if r.report == "sw_power_cap")
+
+
+def node_name() -> str:
+    """This node's name in every series: ``TRAINMON_NODE``, else the host name."""
+    return os.environ.get("TRAINMON_NODE") or socket.gethostname()
+
+
+def run_finding(findings: list[Finding], label: str) -> Finding | None:
+    """The best-ranked finding about the run named ``label`` (the findings come best-ranked first)."""
+    return next((f for f in findings if f.evidence.get("run") == label), None)
 
 
 def serve(monitor: MonitorState, address: str) -> tuple[str, int]:

@@ -81,4 +81,5 @@ def run_summary(run: Run) -> RunSummary:
         "ended": run.ended,
         "dropped_records": run.dropped_records,
         "argv": run.hello.get("argv"),
+        "job": {"id": run.job_id, "node": run.node, "global_rank": run.rank},
     }

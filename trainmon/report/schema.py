@@ -38,6 +38,14 @@ class LoaderConfig(TypedDict):
     persistent_workers: bool | None
 
 
+class JobIdentity(TypedDict):
+    """Which job a run is a rank of, across nodes: the same ``id`` on every rank of the job."""
+
+    id: str  # "" for a lone process
+    node: str  # the node the rank trains on (TRAINMON_NODE, else its host name)
+    global_rank: int | None
+
+
 class ProcessFigures(TypedDict):
     """A run's main process and its DataLoader workers."""
 
@@ -73,6 +81,7 @@ class RunSummary(TypedDict):
     ended: str | None
     dropped_records: int
     argv: list[str] | None
+    job: JobIdentity
 
 
 class RunRow(RunSummary):

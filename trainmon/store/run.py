@@ -150,6 +150,27 @@ class Run:
         return main_role(self.hello)
 
     @property
+    def node(self) -> str:
+        """The node the run trains on, as the agent names it (``TRAINMON_NODE``, else its host name)."""
+        return str(self.hello.get("node") or self.host)[:200]
+
+    @property
+    def job_id(self) -> str:
+        """The job this run is a rank of, one id on every node: the agent's ``job_id``, or for agents from before
+        it sent one the same choice made from the launcher's environment it did send; "" for a lone process."""
+        ident = self.hello.get("job_id")
+        if isinstance(ident, str) and ident:
+            return ident[:200]
+        env = self.hello.get("job") or {}
+        if env.get("TORCHELASTIC_RUN_ID") not in (None, "", "none"):
+            return str(env["TORCHELASTIC_RUN_ID"])[:200]
+        if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+            return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}/{env.get('WORLD_SIZE', '?')}"[:200]
+        if env.get("SLURM_JOB_ID"):
+            return f"slurm-{env['SLURM_JOB_ID']}"[:200]
+        return str(env.get("TRAINMON_JOB") or "")[:200]
+
+    @property
     def job_key(self) -> tuple[Any, ...]:
         """Runs sharing a job: same launcher rendezvous, or the same trainmon run."""
         job = self.hello.get("job") or {}
