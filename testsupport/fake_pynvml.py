@@ -14,6 +14,9 @@ NVMLError_NotSupported. The parent in MIG mode keeps its power, temperature, clo
 has no utilisation, utilisation samples or per-process utilisation (NotSupported); its process list is the
 aggregate over its instances for a privileged caller only (else NVMLError_NoPermission).
 
+Processes are listed under whatever pids a test gives: pids of this machine (NVML and the monitor in one pid
+namespace), or pids that name no process here, as NVML's host pids look to a monitor inside a container.
+
 One module, as the binding it stands in for is one module: its constants, ctypes structures and error classes
 are looked up by name on the object a test hands to the source.
 """

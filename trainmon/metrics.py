@@ -285,7 +285,23 @@ PYSPY = Family(
     },
 )
 
-FAMILIES: Final = (CPU_CORE, GPU, DISK, PROC, PYSPY)
+# ---------------------------------------------------------------- GPU processes under pids of NVML's namespace
+
+# Written only where NVML's pids are not the monitor's (it runs in a container; NVML gives host pids): such a pid
+# names another process here, so its figures are kept apart from PROC and matched to a run by its GPU.
+NVML_PROC = Family(
+    "nvml_proc",
+    "nvml.",
+    "nvml_pid",
+    True,
+    {
+        "gpu_mem_mb": Field("MiB", "GPU memory NVML lists for a pid of its own namespace (summed over GPUs)"),
+        "gpu_sm_pct": _pct("SM share of that process's GPU (NVML)"),
+        "gpu_mask": Field("bitmask", "the GPUs NVML lists that process on (bit i: GPU id i)"),
+    },
+)
+
+FAMILIES: Final = (CPU_CORE, GPU, DISK, PROC, PYSPY, NVML_PROC)
 
 
 class SeriesIndex:

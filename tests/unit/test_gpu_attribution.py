@@ -7,6 +7,8 @@ made `gpu.throttled`.
 
 from __future__ import annotations
 
+import os
+
 from testsupport.stores import uniform_store
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.evidence import gather, run_gpus
@@ -108,18 +110,19 @@ def test_the_monitor_records_which_gpus_each_tracked_process_holds():
     from testsupport.fake_pynvml import GIB, FakeNvml
     from trainmon.monitor import Monitor
 
+    me, other = os.getpid(), os.getppid()  # real processes: NVML's pids are this namespace's
     nvml = FakeNvml(4)
-    nvml.devices[1].processes = [(4242, GIB)]
-    nvml.devices[3].processes = [(4242, 2 * GIB), (999, GIB)]  # 999: not part of the training
+    nvml.devices[1].processes = [(me, GIB)]
+    nvml.devices[3].processes = [(me, 2 * GIB), (other, GIB)]  # other: not part of the training
     monitor = Monitor(listen=False, nvml_module=nvml)
     try:
-        monitor.track(4242, "main")
+        monitor.track(me, "main")
         values = monitor.sample_sources(1.0)
     finally:
         monitor.stop()
-    assert mask_indices(values[PROC.key(4242, "gpu_mask")]) == [1, 3]
-    assert values[PROC.key(4242, "gpu_mem_mb")] == 3 * 1024
-    assert PROC.key(999, "gpu_mask") not in values
+    assert mask_indices(values[PROC.key(me, "gpu_mask")]) == [1, 3]
+    assert values[PROC.key(me, "gpu_mem_mb")] == 3 * 1024
+    assert PROC.key(other, "gpu_mask") not in values
 
 
 def test_report_runs_and_prometheus_name_each_runs_own_gpus():
@@ -136,7 +139,7 @@ def test_report_runs_and_prometheus_name_each_runs_own_gpus():
     monitor.store = store
     statuses = monitor.run_statuses(10.0)
     collector = MonitorCollector(
-        SimpleNamespace(store=store, last_snapshot=SimpleNamespace(runs=statuses, verdict=None))
+        SimpleNamespace(store=store, last_snapshot=SimpleNamespace(runs=statuses, verdict=None, findings=[]))
     )
     (family,) = [f for f in collector.collect() if f.name == "trainmon_run_gpu"]
     assert sorted((s.labels["rank"], s.labels["gpu"]) for s in family.samples) == [("0", "2"), ("1", "5")]

@@ -18,9 +18,14 @@ from trainmon.metrics import GPM_METRIC_IDS, GPU_NVML_FIELDS
 from trainmon.sources.gpu import GpuSource
 
 
+def here(pid: int) -> bool:
+    """The pids these tests list are taken as the monitor's own (tests/unit/test_gpu_container.py: the host's)."""
+    return True
+
+
 def make(n: int = 2, **kw) -> tuple[FakeNvml, GpuSource]:
     fake = FakeNvml(n, **kw)
-    return fake, GpuSource(fake)
+    return fake, GpuSource(fake, pid_exists=here)
 
 
 def isnan(v: float) -> bool:
@@ -51,7 +56,7 @@ def test_values_flow_through_with_unit_conversions():
         pcie_tx_kb=1536,
         clock_reasons=fk.nvmlClocksEventReasonSwPowerCap | fk.nvmlClocksEventReasonSwThermalSlowdown,
     )
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert src.error is None and src.available
     out = src.sample(1.0)
     assert out == {
@@ -144,7 +149,7 @@ def test_sample_values_are_decoded_by_value_type():
 def test_gpm_metrics_present_only_when_supported():
     fake = FakeNvml(2)
     fake.devices[0].gpm_supported = True
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert src.gpm_status()[0] == "ok"
     assert "Hopper" in src.gpm_status()[1]
 
@@ -204,7 +209,7 @@ def test_gpm_sample_failure_restarts_the_pair():
 def test_gpm_unsupported_by_driver_says_why(code, words):
     fake = FakeNvml(1, gpm=True)
     fake.fail("nvmlGpmQueryDeviceSupport", code)
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert words in src.gpm_status()[0]
     out = src.sample(1.0)
     assert not any("gpm" in k for k in out)
@@ -215,7 +220,7 @@ def test_gpm_unsupported_by_driver_says_why(code, words):
 def test_gpm_absent_from_binding():
     fake = FakeNvml(1, gpm=True)
     fake.hide("nvmlGpmQueryDeviceSupport")
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert "GPM" in src.gpm_status()[0]
     assert not any("gpm" in k for k in src.sample(1.0))
 
@@ -248,7 +253,7 @@ def test_a_failing_call_makes_only_its_series_nan(function, code):
     clean = GpuSource(FakeNvml(2)).sample(1.0)
     fake = FakeNvml(2)
     fake.fail(function, code, device=1)
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     src.sample(1.0)
     out = src.sample(2.0)  # the second tick too: permanent failures are remembered, not re-asked
     hit = {f"gpu.1.{m}" for m in FEEDS[function]}
@@ -289,7 +294,7 @@ def test_permanent_failures_are_not_retried_and_transient_ones_recover():
 def test_function_missing_from_binding_is_nan_with_reason():
     fake = FakeNvml(1)
     fake.hide("nvmlDeviceGetPcieThroughput")
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     out = src.sample(1.0)
     assert isnan(out["gpu.0.pcie_rx_mb_s"]) and isnan(out["gpu.0.pcie_tx_mb_s"])
     assert "not in this pynvml binding" in src.na_reasons["gpu.0.pcie_rx_mb_s"]
@@ -322,7 +327,7 @@ def test_throttle_with_an_old_binding():
     fake = FakeNvml(1)
     fake.hide("nvmlDeviceGetCurrentClocksEventReasons")
     fake.devices[0].clock_reasons = 4
-    assert GpuSource(fake).sample(1.0)["gpu.0.throttle"] == 4.0
+    assert GpuSource(fake, pid_exists=here).sample(1.0)["gpu.0.throttle"] == 4.0
 
 
 def test_failures_are_logged_once_per_metric_and_reason(caplog):
@@ -372,7 +377,7 @@ def test_gpu_lost_mid_sample_discards_the_partial_read_and_probes_later():
 def test_lost_at_enumeration_does_not_break_the_others():
     fake = FakeNvml(2)
     fake.devices[0].lost = True
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     out = src.sample(1.0)
     assert src.error is None
     assert isnan(out["gpu.0.util"]) and src.na_reasons["gpu.0.util"] == "GPU lost"
@@ -452,7 +457,7 @@ def test_never_raises_under_random_faults_and_hotplug(seed, caplog):
 )
 def test_no_driver_makes_the_source_unavailable(code, text):
     fake = FakeNvml(2, init_error=code)
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert not src.available
     assert src.error == f"no NVIDIA driver: {text}"
     assert "\n" not in src.error
@@ -536,7 +541,7 @@ def test_ambiguous_or_unknown_uuid_ends_the_list():
     fake = FakeNvml(0)
     fake.add_device(uuid="GPU-aaaa1111-0000-0000-0000-000000000000")
     fake.add_device(uuid="GPU-aaaa2222-0000-0000-0000-000000000000")
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert src.resolve_visible("GPU-aaaa,0") == []
     assert src.resolve_visible("GPU-aaaa2,GPU-ffff,0") == [1]
 
@@ -551,7 +556,7 @@ def test_devices_lists_names_uuids_memory_and_visibility():
     fake = FakeNvml(3)
     fake.devices[1].name = "NVIDIA A100-SXM4-40GB"
     fake.devices[1].mem_total = 40 * GIB
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     devs = src.devices()
     assert [d["index"] for d in devs] == [0, 1, 2]
     assert devs[1]["name"] == "NVIDIA A100-SXM4-40GB" and devs[1]["uuid"] == fake.devices[1].uuid
@@ -652,7 +657,7 @@ def test_process_list_falls_back_to_older_entry_points(how):
         fake.fail("nvmlDeviceGetComputeRunningProcesses_v3", fk.NVML_ERROR_FUNCTION_NOT_FOUND)
     else:
         fake.hide("nvmlDeviceGetComputeRunningProcesses_v3")
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert src.process_usage()[5]["mem_mb"] == 1024.0
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 1
 
@@ -663,7 +668,7 @@ def test_process_list_unversioned_mismatch_is_contained():
     fake.hide("nvmlDeviceGetComputeRunningProcesses_v3")
     fake.hide("nvmlDeviceGetComputeRunningProcesses_v2")
     fake.fail("nvmlDeviceGetComputeRunningProcesses", fk.NVML_ERROR_FUNCTION_NOT_FOUND)
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=here)
     assert src.process_usage() == {}
     assert "Function Not Found" in src.na_reasons["gpu.0.proc_mem"]
 

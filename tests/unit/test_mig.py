@@ -129,7 +129,7 @@ def test_processes_are_listed_per_mig_device_never_twice():
     migs[2].processes = [(1002, 4 * GIB), (1003, None)]
     fake.devices[1].processes = [(1004, GIB)]
     fake.push_process_samples(1, [(1004, 40)])
-    src = GpuSource(fake)
+    src = GpuSource(fake, pid_exists=lambda pid: True)  # these made-up pids taken as the monitor's own
     usage = src.process_usage()
     assert usage[1001]["gpus"] == [2] and usage[1001]["mem_mb"] == 10 * 1024.0 and isnan(usage[1001]["sm_pct"])
     assert usage[1002]["gpu"] == 4 and isnan(usage[1002]["sm_pct"]) and isnan(usage[1003]["mem_mb"])

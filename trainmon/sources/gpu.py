@@ -4,10 +4,11 @@ Every failure is local: a call that fails makes only its own series NaN and reco
 (logged once per series and reason). A lost GPU turns only that device's series NaN. Without a driver or a
 GPU the whole source is unavailable, `error` says why in one line, and `sample()` returns {}.
 
-This module samples: devices (GPUs and their MIG devices), series, GPM sample pairs, processes, lost GPUs. The device records, process
-merging and CUDA_VISIBLE_DEVICES parsing are in `trainmon.sources.gpu_devices`; the binding, its return codes and
-how failures become n/a reasons in `trainmon.sources.nvml`; the series names in `trainmon.metrics`. It runs past
-400 lines because every NVML read works on one device list under one lock, inside the one `GpuSource` class.
+This module samples: devices (GPUs and their MIG devices), series, GPM sample pairs, processes, lost GPUs. The
+device records, process merging, CUDA_VISIBLE_DEVICES parsing and whose pids NVML gives are in
+`trainmon.sources.gpu_devices`; the binding, its return codes and how failures become n/a reasons in
+`trainmon.sources.nvml`; the series names in `trainmon.metrics`. It runs past 400 lines because every NVML read
+works on one device list under one lock, inside the one `GpuSource` class.
 
 Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clocks in MHz, percentages 0-100.
 """
@@ -16,12 +17,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainmon.metrics import GPM_METRIC_IDS, GPU
+from trainmon.metrics import GPM_METRIC_IDS, GPU, NVML_PROC, gpu_mask
 from trainmon.numbers import NAN, is_nan
-from trainmon.sources.gpu_devices import Device, Gpm, Mig, merge_processes, parse_visible
+from trainmon.sources.gpu_devices import (
+    Device,
+    Gpm,
+    Mig,
+    merge_processes,
+    nvml_pid_namespace,
+    parse_visible,
+    proc_exists,
+)
 from trainmon.sources.nvml import (
     FAIL,
     FUNCTIONS,
@@ -71,7 +81,8 @@ class GpuSource:
 
     name = "gpu"
 
-    def __init__(self, nvml_module: Any = None) -> None:
+    def __init__(self, nvml_module: Any = None, *, pid_exists: Callable[[int], bool] = proc_exists) -> None:
+        """``pid_exists`` tells whether a pid names a process in the monitor's pid namespace (tests give theirs)."""
         self.error: str | None = None
         self._binding = NvmlBinding({**FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}})
         # The binding records n/a reasons as its calls fail; sampling clears them as values come back.
@@ -85,6 +96,10 @@ class GpuSource:
         self._gpu_count = 0  # how many of them are GPUs
         self._visible: set[int] | None = None
         self._exceptions_logged: set[str] = set()
+        self._pid_exists = pid_exists
+        # "own" while NVML's pids name processes here; "other" once most do not (see `nvml_pid_namespace`)
+        self.nvml_pids = "own"
+        self._usage: dict[int, dict[str, Any]] | None = None  # the last sample's process lists, not yet handed out
         self._init(nvml_module)
 
     # ------------------------------------------------------------------ setup
@@ -296,9 +311,20 @@ class GpuSource:
                     if d.lost is not None:
                         d = self._retry_lost(pos, d, now)
                     self._sample_one(d, now, out)
+                self._usage = self._list_processes()
+                if self.nvml_pids == "other":
+                    self._put_nvml_processes(self._usage, out)
             except Exception:  # a bug here must not take the monitor down
                 self._log_exception("sample")
             return out
+
+    def _put_nvml_processes(self, usage: dict[int, dict[str, Any]], out: dict[str, float]) -> None:
+        """NVML's processes under pids of its own namespace, apart from the monitor's processes (NVML_PROC)."""
+        for pid, u in usage.items():
+            keys = NVML_PROC.keys(pid)
+            out[keys["gpu_mem_mb"]] = float(u["mem_mb"])
+            out[keys["gpu_sm_pct"]] = float(u["sm_pct"])
+            out[keys["gpu_mask"]] = gpu_mask(u["gpus"])
 
     def _log_exception(self, where: str) -> None:
         if where not in self._exceptions_logged:
@@ -420,25 +446,47 @@ class GpuSource:
         A process on several GPUs is reported on the one where it holds the most memory ("gpu", "sm_pct")
         with its memory summed over all of them. sm_pct is 0 for a process NVML lists without utilisation
         samples (it launched nothing since the last call) and NaN where per-process utilisation is n/a (MIG,
-        older GPUs). PIDs are NVML's, i.e. of the host PID namespace. A GPU in MIG mode lists nothing itself:
-        each of its MIG devices lists its own processes.
+        older GPUs). A GPU in MIG mode lists nothing itself: each of its MIG devices lists its own processes.
+
+        PIDs are NVML's, which are the monitor's only outside a container: where most of NVML's pids name no
+        process here (``nvml_pids == "other"``), there are none (such a pid would name another process here);
+        `sample` then writes them apart (``trainmon.metrics.NVML_PROC``). The lists are read once per tick:
+        after `sample`, its own; else afresh.
         """
         with self._lock:
             if not self._initialized:
                 return {}
-            per_gpu: dict[int, dict[int, tuple[float, float]]] = {}
-            try:
-                for d in self._devices:
-                    if d.lost is not None or d.handle is None:
-                        continue
-                    try:
-                        per_gpu[d.index] = self._device_processes(d)
-                    except DeviceLost as e:
-                        self._lose(d, e.reason, self._now)
-                return merge_processes(per_gpu)
-            except Exception:
-                self._log_exception("process_usage")
-                return {}
+            usage, self._usage = self._usage, None
+            if usage is None:
+                usage = self._list_processes()
+            return usage if self.nvml_pids == "own" else {}
+
+    def _list_processes(self) -> dict[int, dict[str, Any]]:
+        """Every device's process list, merged per pid; judges whose pid namespace NVML speaks in."""
+        per_gpu: dict[int, dict[int, tuple[float, float]]] = {}
+        try:
+            for d in self._devices:
+                if d.lost is not None or d.handle is None:
+                    continue
+                try:
+                    per_gpu[d.index] = self._device_processes(d)
+                except DeviceLost as e:
+                    self._lose(d, e.reason, self._now)
+            usage = merge_processes(per_gpu)
+        except Exception:
+            self._log_exception("process_usage")
+            return {}
+        judged = nvml_pid_namespace(usage, self._pid_exists)
+        if judged is not None and judged != self.nvml_pids:
+            self.nvml_pids = judged
+            log.info(
+                "NVML's process ids %s",
+                "name no process here (another pid namespace: the host's?): per-process GPU figures are kept "
+                "apart and matched to runs by their GPU"
+                if judged == "other"
+                else "are this pid namespace's again",
+            )
+        return usage
 
     def _device_processes(self, d: Device) -> dict[int, tuple[float, float]]:
         if d.mig_mode:

@@ -10,6 +10,8 @@ fit, and a run on one of those is found by the CUDA device UUID its agent report
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,3 +144,25 @@ def merge_processes(per_gpu: dict[int, dict[int, tuple[float, float]]]) -> dict[
         known = [r[1] for r in rows if not is_nan(r[1])]
         out[pid] = {"gpu": gpu, "mem_mb": sum(known) if known else NAN, "sm_pct": sm, "gpus": [r[0] for r in rows]}
     return out
+
+
+def nvml_pid_namespace(pids: Iterable[int], pid_exists: Callable[[int], bool]) -> str | None:
+    """Whose pids NVML gives: "own" where they name processes here, "other" where at least half name none (the
+    monitor in a container without the host's pid namespace: NVML speaks in host pids); None with no pids."""
+    present = absent = 0
+    for pid in pids:
+        if pid_exists(pid):
+            present += 1
+        else:
+            absent += 1
+    if not present and not absent:
+        return None
+    return "other" if absent >= present else "own"
+
+
+def proc_exists(pid: int) -> bool:
+    """Whether ``pid`` names a process in this pid namespace (as /proc shows it)."""
+    try:
+        return pid > 0 and os.path.exists(f"/proc/{pid}")
+    except (OSError, ValueError):
+        return False

@@ -12,6 +12,7 @@ from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.store.store import Store
 from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
+from trainmon.view.nvml_procs import nvml_figures
 from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
 
 ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
@@ -205,6 +206,18 @@ def _unmapped_rows(store: Store, t: float, fresh_s: float) -> list[ProcRow]:
     return rows
 
 
+def _nvml_gpu_figures(store: Store, rows: list[ProcRow], t: float, fresh_s: float) -> None:
+    """Where NVML's pids are the host's, each main's GPU memory as `trainmon.view.nvml_procs` attributes it,
+    with the pid namespace it came from (or why there is none) in the row."""
+    mains = {r.proc_pid: r for r in store.runs.values() if r.first_seen <= t and r.proc_pid is not None}
+    figures = nvml_figures(store, list(mains.values()), t, fresh_s)
+    for row in rows:
+        run = mains.get(row.pid)
+        if run is not None and (fig := figures.get(run.id)) is not None:
+            row.gpu_mb, row.gpu_source = fig.mem_mb, fig.source
+            row.name = f"{row.name} · GPU mem {fig.source}" if row.name else f"GPU mem {fig.source}"
+
+
 def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> list[ProcRow]:
     roles = _roles(store, extra, t)
     rows = []
@@ -221,5 +234,6 @@ def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> 
         if is_nan(r):
             r, s, d = v("state_R"), v("state_S"), v("state_D")
         rows.append(ProcRow(pid, role, name, v("cpu_pct"), r, s, d, rss, v("read_mb_s"), v("gpu_mem_mb")))
+    _nvml_gpu_figures(store, rows, t, fresh_s)
     rows.extend(_unmapped_rows(store, t, fresh_s))
     return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 3), bool(r.note), r.pid))

@@ -137,6 +137,8 @@ class ProcRow:
     # Its pid is then the agent's own, which names another process here: never read, never dumped.
     note: str = ""
     run_id: int | None = None
+    # Where gpu_mb came from when NVML's pids are not the monitor's: "host pid 3456789 (NVML), …", or why n/a.
+    gpu_source: str = ""
 
     @property
     def key(self) -> str:
