@@ -129,6 +129,22 @@ def test_ground_truth_counts_the_part_of_each_wait_with_nothing_running():
     assert gc.overlap([(0, 2), (5, 9)], 1, 6) == 2
 
 
+def test_the_profiled_ranges_are_read_from_a_real_profile():
+    """On the CPU there is no GPU track: the steps and waits come out, no GPU work, all idle."""
+    torch = pytest.importorskip("torch")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(4):
+            with torch.profiler.record_function(gc.STEP_LABEL):
+                with torch.profiler.record_function(gc.WAIT_LABEL):
+                    torch.ones(64).sum()
+                torch.ones(256, 256) @ torch.ones(256, 256)
+    gpu, waits, steps = gc.profile_intervals(prof.events())
+    assert gpu == [] and len(waits) == 4 and len(steps) == 4
+    assert all(s0 <= w0 <= w1 <= s1 for (w0, w1), (s0, s1) in zip(waits, sorted(steps), strict=True))
+    truth = gc.ground_truth(gpu, waits, steps)
+    assert truth["idle"] == 1.0 and 0 < truth["exposed"] == truth["wait"] < 1
+
+
 def test_the_table_has_a_row_per_case_with_its_checks():
     rows = [
         row("input-starved", "input.main_process", wait=0.81, exposed=0.78, truth_exposed=0.8, truth_idle=0.85),
