@@ -29,6 +29,8 @@ class Regime:
     compute_ms: float  # mean compute per step
     workers_cpu: float = 40.0  # each worker, % of a core
     main_cpu: float = 100.0
+    loader: int = 1  # a regime with another loader id switches DataLoaders (a new iterator) as it begins
+    workers: int = 2  # that loader's num_workers
 
 
 @dataclass(frozen=True)
@@ -60,18 +62,24 @@ def feed(
     noise = noise or Noise()
     sink.meta(T0, {"interval": 1.0, "gpus": [], "gpu_error": "no NVIDIA driver"})
     sink.hello(1, T0, {"pid": PID, "name": "train.py"})
-    loader = {"id": 1, "batch_size": 32, "num_workers": 2, "persistent_workers": True, "pin_memory": False}
-    sink.info(1, T0, {"loader": loader})
-    sink.info(1, T0, {"workers": {"loader": 1, "pids": list(WORKERS)}})
+    by_loader = {r.loader: r for r in regimes}
+    for r in by_loader.values():
+        loader = {"id": r.loader, "batch_size": 32, "num_workers": r.workers, "persistent_workers": True}
+        sink.info(1, T0, {"loader": loader})
+        if r.workers:
+            sink.info(1, T0, {"workers": {"loader": r.loader, "pids": list(WORKERS[: r.workers])}})
     steps = list(_steps(regimes, rng, noise))
     end = T0 + sum(r.seconds for r in regimes)
-    now, i = T0, 0
+    now, i, current = T0, 0, None
     while now < end:
         now += 1.0
         batch = array("q")
-        while i < len(steps) and steps[i][2] <= now:
-            s, w, e = steps[i]
-            batch.extend([P.K_WAIT | 1 << 8, _ns(s), _ns(w), 0, P.K_OPT, _ns(e), _ns(e), 0])
+        while i < len(steps) and steps[i][3] <= now:
+            lid, s, w, e = steps[i]
+            if lid != current:  # a new DataLoader: its first iterator starts
+                batch.extend([P.K_ITER_START | lid << 8, _ns(s), _ns(s), by_loader[lid].workers])
+                current = lid
+            batch.extend([P.K_WAIT | lid << 8, _ns(s), _ns(w), 0, P.K_OPT, _ns(e), _ns(e), 0])
             i += 1
         if batch:
             sink.events(1, now, batch)
@@ -81,8 +89,8 @@ def feed(
         yield now
 
 
-def _steps(regimes: list[Regime], rng: random.Random, noise: Noise) -> Iterator[tuple[float, float, float]]:
-    """(start, end of the wait, end) of every step."""
+def _steps(regimes: list[Regime], rng: random.Random, noise: Noise) -> Iterator[tuple[int, float, float, float]]:
+    """(loader, start, end of the wait, end) of every step."""
     t = T0
     for k, r in enumerate(regimes):
         stop = T0 + sum(x.seconds for x in regimes[: k + 1])
@@ -91,7 +99,7 @@ def _steps(regimes: list[Regime], rng: random.Random, noise: Noise) -> Iterator[
             compute = max(0.1, rng.gauss(r.compute_ms, noise.jitter * r.compute_ms)) / 1e3
             if rng.random() < noise.long_every:
                 compute *= rng.uniform(4, 8)
-            yield t, t + wait, t + wait + compute
+            yield r.loader, t, t + wait, t + wait + compute
             t += wait + compute
 
 
@@ -108,7 +116,7 @@ def _figures(r: Regime, rng: random.Random, noise: Noise) -> dict[str, float]:
         "disk.sda.util_pct": around(5.0),
         f"proc.{PID}.cpu_pct": around(r.main_cpu, hi=200.0),
     }
-    for pid in WORKERS:
+    for pid in WORKERS[: r.workers]:
         out[f"proc.{pid}.cpu_pct"] = around(r.workers_cpu)
         out[f"proc.{pid}.state_main_R"] = r.workers_cpu / 100
         out[f"proc.{pid}.state_main_S"] = 1 - r.workers_cpu / 100

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
@@ -122,7 +123,7 @@ class Monitor:
         self.sources = sources
         self.source_cost_s: dict[str, float] = {}
         self._failed_sources: set[str] = set()
-        self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s)
+        self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
         self.findings: list[Finding] = []
         self.last_snapshot: Snapshot | None = None
         self.listeners: list[Callable[[Snapshot], None]] = []
@@ -209,12 +210,14 @@ class Monitor:
             # The next tick is scheduled after this one finished: a slow tick never piles up.
             next_t = max(next_t + self.interval, time.monotonic() + self.interval / 4)
 
-    def tick(self) -> Snapshot:
-        t = time.monotonic()
+    def tick(self, now: float | None = None) -> Snapshot:
+        """Sample, diagnose and publish once, at ``now`` (monotonic s; default: the clock)."""
+        t = time.monotonic() if now is None else now
         values = self.sample_sources(t)
         self.ingest.sample(t, values)
-        self.findings = evaluate(self.store, t, self.thresholds)
-        verdict = self.tracker.update(t, self.findings)
+        changes: list[Change] = []  # runs whose live window was cut at a change: the verdict may follow fast
+        self.findings = evaluate(self.store, t, self.thresholds, changes=changes)
+        verdict = self.tracker.update(t, self.findings, changes)
         snap = Snapshot(t, self.run_statuses(t), verdict, self.findings, values)
         self.last_snapshot = snap
         for listener in list(self.listeners):

@@ -145,6 +145,30 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             timeline=("input.main_process", "ok.compute_bound"),
         ),
+        Scenario(
+            "late-input",
+            "input.main_process",
+            "two workers keep ahead for 28 s, then data loads in the main process for the last 12 s: a phase shorter "
+            "than the live window, at the end",
+            (
+                "--workers",
+                "2",
+                "--persistent",
+                "--width",
+                "4096",
+                "--switch-at",
+                "0.7",
+                "--switch-workers",
+                "0",
+                "--switch-cpu-ms",
+                "1.5",
+                "--seconds",
+                "40",
+                "--steps",
+                "1000000",
+            ),
+            timeline=("ok.compute_bound", "input.main_process"),
+        ),
     )
 }
 DEFAULT = "switch"

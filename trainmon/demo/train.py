@@ -147,8 +147,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--switch-at",
         type=float,
         default=0.0,
-        help="after this share of the run, switch to --workers 2 with no per-sample cost",
+        help="after this share of the run, switch to --switch-workers workers with --switch-cpu-ms per sample "
+        "(and no other per-sample cost); the switch is marked on the run's timeline as 'switch'",
     )
+    p.add_argument("--switch-workers", type=int, default=2, help="(--switch-at) workers after the switch")
+    p.add_argument("--switch-cpu-ms", type=float, default=0.0, help="(--switch-at) CPU work per sample after it")
     p.add_argument("--slow-rank", type=int, default=None, help="(distributed) this rank's data is slower")
     p.add_argument("--slow-sleep-ms", type=float, default=0.0)
     p.add_argument(
@@ -200,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         server = SlowServer(args.remote_latency_ms, args.remote_kb)
         args.remote = f"{server.address[0]}:{server.address[1]}"
 
-    def loader_for(workers: int, plain: bool = False) -> DataLoader:
+    def loader_for(workers: int, plain: bool = False, cpu_ms: float = 0.0) -> DataLoader:
         a = argparse.Namespace(**vars(args))
         if plain:
             a.cpu_ms = a.sleep_ms = 0.0
+            a.cpu_ms = cpu_ms
             a.io_reads, a.io_file, a.remote = 0, None, None
         size = min(args.steps * args.batch_size + args.batch_size, 50_000)  # epochs repeat in --seconds mode
         dataset = build_dataset(a, size, rank)
@@ -261,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 switch_time is not None and time.monotonic() >= switch_time
             ):
                 switch_step = switch_time = None
-                loader = loader_for(2, plain=True)
+                import trainmon.agent  # the switch as a mark on the run's timeline (a no-op without the agent)
+
+                trainmon.agent.mark("switch")
+                loader = loader_for(args.switch_workers, plain=True, cpu_ms=args.switch_cpu_ms)
                 break
             t0 = time.perf_counter()
             try:

@@ -55,16 +55,15 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
     if n < 2 * m:
         return None
     blocks = _blocks(start, end, dur, wait)
-    lo, found = 0, None
+    seg, lo, found = 0, 0, None
     for _ in range(MAX_CHANGES):
         split = _best_split(blocks, lo, th)
         if split is None:
             break
-        lo, found = split
-    if found is None or len(blocks.first) == n:
-        return found
-    # Blocks of several steps place the change to within a block: place it on the step.
-    k = _refine(blocks, lo, found.what, start, dur, wait)
+        seg, (lo, found) = lo, split
+    if found is None:
+        return None
+    k = _refine(blocks, seg, lo, found.what, dur, wait, m // 2)
     return Change(start[k], found.what, found.before, found.after)
 
 
@@ -89,23 +88,25 @@ def _blocks(start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
     return b
 
 
-def _refine(b: _Blocks, split: int, what: str, start: Any, dur: Any, wait: Any) -> int:
-    """The step, within a block of the block boundary ``split``, where the mean of ``what`` before and after
-    differ most (the CUSUM statistic), over the steps from the block before to the end."""
-    a = b.first[split - 1]
-    hi = b.first[split + 1] if split + 1 < len(b.first) else len(dur)
+def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, reach: int) -> int:
+    """The step near the block boundary ``split`` (within a block or ``reach`` steps) where the means of ``what``
+    before it (from block ``seg`` on) and after it differ most: the CUSUM statistic. Ranks find that a change
+    happened; the means, with every step of the segment, place it on the step."""
+    a = b.first[seg]
     if what == "data_wait":
         values = [w / d if d > 0 else 0.0 for w, d in zip(wait[a:], dur[a:], strict=True)]
     else:
-        values = list(dur[a:])
+        values = [math.log(max(d, 1e-9)) for d in dur[a:]]
     sums = [0.0, *itertools.accumulate(values)]
     n, total = len(values), sums[-1]
-    best, at = -1.0, b.first[split]
-    for j in range(1, min(hi - a, n - 1) + 1):
+    size = b.steps[split]
+    centre = b.first[split] - a
+    best, at = -1.0, centre
+    for j in range(max(1, centre - max(size, reach)), min(n - 1, centre + max(size, reach)) + 1):
         gap = abs(sums[j] / j - (total - sums[j]) / (n - j)) * math.sqrt(j * (n - j))
         if gap > best:
-            best, at = gap, a + j
-    return at
+            best, at = gap, j
+    return a + at
 
 
 def _ranks(values: list[float]) -> tuple[list[float], float]:
@@ -226,8 +227,17 @@ def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWind
         cut = run_window(run, math.nextafter(change.t, math.inf), t1, min_steps=0, memo=False)
         if cut.steps >= th.min_steps:
             out = (cut, change)
+        elif change.what == "loader" and (before := _loader_before(run, change.t)) is not None:
+            # The new loader has fed too few steps to judge: until it has, the old one's steps say what holds.
+            out = (run_window(run, t0, change.t, min_steps=th.window_steps, loader=before, memo=False), None)
     _latest[run] = (key, out)
     return out
+
+
+def _loader_before(run: Run, t: float) -> int | None:
+    """The loader that fed the last step ending at or before ``t``."""
+    _, j = run.steps.index_range(t, t)
+    return run.steps.loader[j - 1] or None if j > 0 else None
 
 
 _latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], tuple[RunWindow, Change | None]]] = (

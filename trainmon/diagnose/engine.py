@@ -18,6 +18,9 @@ from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
+SAME_CHANGE_S = 1.0  # live changes this close together are one change found twice
+FRESH_S = 10.0  # a change shortens the hold of a new verdict this long after it
+STALLS_MIN_S = 5.0  # a live window cut at a change is judged for recurring stalls once it spans this long
 NO_AGENT = Finding(
     "insufficient_data",
     "ok",
@@ -56,10 +59,12 @@ def evaluate(
                 if change is not None and changes is not None:
                     changes.append(change)
             else:
-                w = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t))
+                w, change = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t)), None
+            # Stalls recur: judged over a window cut at a change only once it is long enough to hold a pattern.
+            stalls = change is None or w.span_s >= STALLS_MIN_S
             if w.steps == 0 and (not run.connected or run.last_seen < t0):
                 continue  # ended before this window, or never stepped in it
-            if (f := rules.checkpoint_stall(w, th)) is not None:
+            if stalls and (f := rules.checkpoint_stall(w, th)) is not None:
                 findings.append(f)
             if (f := rules.insufficient(w, th)) is not None:
                 findings.append(f)
@@ -74,7 +79,7 @@ def evaluate(
             input_by_run[id(w)] = inp
             for f in (
                 inp,
-                rules.periodic_stall(w, th),
+                rules.periodic_stall(w, th) if stalls else None,
                 rules.host_to_device(w, ev, th),
                 rules.host_overhead(w, ev, th),
                 rules.gpu_memory(w, ev, th),
@@ -109,8 +114,10 @@ def evaluate(
 @dataclass
 class VerdictTracker:
     """Hysteresis: the shown verdict changes only once a new headline code has held ``hold_s``, or
-    ``change_hold_s`` when a run's live window was cut at a change since the shown verdict began (the
-    new cause is judged on the steps after the change alone, so it needs no long hold to be trusted)."""
+    ``change_hold_s`` when a run's live window was cut at a recent change the shown verdict does not reflect yet
+    (the new cause is judged on the steps after the change alone, so it needs no long hold to be trusted). A
+    change is reflected once a verdict was shown from a window cut at it; one older than ``FRESH_S`` never
+    shortens the hold (the shown verdict outlived it)."""
 
     hold_s: float = 3.0
     change_hold_s: float = 1.0
@@ -118,14 +125,17 @@ class VerdictTracker:
     since: float | None = None
     _candidate: str | None = None
     _candidate_since: float = 0.0
+    _reflected: float = -math.inf  # the latest change the shown verdict was judged after
     changes: list[tuple[float, str]] = field(default_factory=list)
 
     def update(self, t: float, findings: list[Finding], changes: Sequence[Change] = ()) -> Finding | None:
         top = headline(findings)
         if top is None:
             return self.current
+        latest = max((c.t for c in changes), default=-math.inf)
         if self.current is None:
             self._switch(t, top)
+            self._reflected = max(self._reflected, latest)
         elif top.code == self.current.code:
             self.current = top  # same cause, fresher numbers
             self._candidate = None
@@ -134,11 +144,13 @@ class VerdictTracker:
                 self._candidate = top.code
                 self._candidate_since = t
             hold = self.hold_s
-            since = self.since if self.since is not None else -math.inf
-            if top.code != "insufficient_data" and any(c.t > since for c in changes):
+            # The same change found a little earlier or later as its steps come in is not a new one.
+            fresh = latest > self._reflected + SAME_CHANGE_S and t - latest <= FRESH_S
+            if top.code != "insufficient_data" and fresh:
                 hold = min(hold, self.change_hold_s)
             if t - self._candidate_since >= hold:
                 self._switch(self._candidate_since, top)
+                self._reflected = max(self._reflected, latest)
         return self.current
 
     def _switch(self, t: float, finding: Finding) -> None:

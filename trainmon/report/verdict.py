@@ -9,6 +9,7 @@ else the cause that headed the longest. Every finding carries the seconds it hel
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -93,7 +94,7 @@ def judge_phases(store: Store, th: Thresholds) -> list[Phase]:
         dt = bin_width(s0, s1)
         cuts = segment(features(store, s0, s1, dt), max(1, math.ceil(th.phase_min_s / dt - 1e-9)))
     edges = [s0, *(s0 + k * dt for k in cuts), s1]
-    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in zip(edges, edges[1:], strict=False)]
+    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in itertools.pairwise(edges)]
     for _ in range(MAX_MERGES):
         i = _mergeable(phases)
         if i is None:

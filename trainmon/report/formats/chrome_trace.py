@@ -94,15 +94,16 @@ def build_trace(store: Store, report: Report | None = None) -> dict[str, Any]:
             for t, v in series:
                 if not is_nan(v):
                     events.append({"ph": "C", "name": name, "pid": HOST_PID, "ts": us(t), "args": {"value": v}})
-    for entry in report["timeline"] if report is not None else []:
+    for entry in report["timeline"] if report is not None else []:  # the phases, as spans on the host's track
         events.append(
             {
-                "ph": "i",
+                "ph": "X",
                 "name": f"verdict: {entry['code']}",
                 "pid": HOST_PID,
                 "tid": 0,
                 "ts": round(entry["t"] * 1e6, 1),
-                "s": "g",
+                "dur": round(max(0.0, entry["end"] - entry["t"]) * 1e6, 1),
+                "args": {"severity": entry["severity"], "summary": entry["summary"]},
             }
         )
     return {

@@ -45,13 +45,13 @@ def _code_color(code: str) -> str:
 
 def _verdict_strip(timeline: list[TimelineEntry], duration: float) -> str:
     rects = []
-    for i, e in enumerate(timeline):
-        t0 = e["t"]
-        t1 = timeline[i + 1]["t"] if i + 1 < len(timeline) else duration
+    for e in timeline:
+        t0, t1 = e["t"], e["end"]
         x0, x1 = x_of(t0, duration), x_of(max(t0, t1), duration)
         rects.append(
             f'<rect x="{x0:.1f}" y="4" width="{max(1.0, x1 - x0):.1f}" height="20" '
-            f'fill="{_code_color(e["code"])}"><title>{esc(e["code"])} from {t0:.1f} s</title></rect>'
+            f'fill="{_code_color(e["code"])}"><title>{esc(e["code"])} from {t0:.1f} to {t1:.1f} s: '
+            f"{esc(e['summary'])}</title></rect>"
         )
         if x1 - x0 > 90:
             rects.append(f'<text x="{x0 + 4:.1f}" y="18" font-size="11" fill="#fff">{esc(e["code"])}</text>')
@@ -139,7 +139,8 @@ def _lists(report: Report) -> list[str]:
         parts.append(
             "<h2>Other findings</h2><ul>"
             + "".join(
-                f"<li><code>{esc(f['code'])}</code> ({esc(f['severity'])}): {esc(f['summary'])}</li>"
+                f"<li><code>{esc(f['code'])}</code> ({esc(f['severity'])}, held {f['held_s']:.0f} s): "
+                f"{esc(f['summary'])}</li>"
                 for f in report["findings"]
             )
             + "</ul>"
@@ -147,7 +148,11 @@ def _lists(report: Report) -> list[str]:
     if report["timeline"]:
         parts.append(
             "<h2>Timeline</h2><ul>"
-            + "".join(f"<li>{e['t']:.1f} s: <code>{esc(e['code'])}</code></li>" for e in report["timeline"])
+            + "".join(
+                f"<li>{e['t']:.1f}–{e['end']:.1f} s: <code>{esc(e['code'])}</code> ({esc(e['severity'])}): "
+                f"{esc(e['summary'])}</li>"
+                for e in report["timeline"]
+            )
             + "</ul>"
         )
     for w in report.get("warnings", []):
@@ -168,9 +173,8 @@ def render(source: ReportInput) -> str:
         f"<h1>trainmon report <span class=muted>— {report['duration_s']:.1f} s, {len(report['runs'])} run(s)"
         "</span></h1>",
         f'<div class="verdict" style="--c:{color}"><span class="sev">{esc(v["severity"])}</span> '
-        f"<code>{esc(v['code'])}</code><div>{esc(v['summary'])}</div><ul>"
-        + "".join(f"<li>{esc(a)}</li>" for a in v["advice"])
-        + "</ul></div>",
+        f"<code>{esc(v['code'])}</code> <span class=muted>held {v['held_s']:.0f} s</span>"
+        f"<div>{esc(v['summary'])}</div><ul>" + "".join(f"<li>{esc(a)}</li>" for a in v["advice"]) + "</ul></div>",
         _verdict_strip(report["timeline"], duration),
         *_step_charts(series, dt, duration),
         *_host_charts(report, dt, duration),

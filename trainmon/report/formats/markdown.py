@@ -12,7 +12,7 @@ def render(source: ReportInput) -> str:
     out = [
         f"## trainmon report ({report['duration_s']:.1f} s, {len(report['runs'])} run(s))",
         "",
-        f"**Verdict: `{v['code']}`** ({v['severity']}) — {v['summary']}",
+        f"**Verdict: `{v['code']}`** ({v['severity']}, held {v['held_s']:.0f} s) — {v['summary']}",
         "",
     ]
     out += [f"- {a}" for a in v["advice"]]
@@ -21,10 +21,15 @@ def render(source: ReportInput) -> str:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in run_cells(r)) + " |")
     if report["findings"]:
         out += ["", "### Other findings", ""]
-        out += [f"- `{f['code']}` ({f['severity']}): {f['summary']}" for f in report["findings"]]
+        out += [
+            f"- `{f['code']}` ({f['severity']}, held {f['held_s']:.0f} s): {f['summary']}" for f in report["findings"]
+        ]
     if report["timeline"]:
         out += ["", "### Timeline", ""]
-        out += [f"- {e['t']:.1f} s: `{e['code']}`" for e in report["timeline"]]
+        out += [
+            f"- {e['t']:.1f}–{e['end']:.1f} s: `{e['code']}` ({e['severity']}) — {e['summary']}"
+            for e in report["timeline"]
+        ]
     warnings = report.get("warnings", [])
     if warnings:
         out += ["", *[f"> warning: {w}" for w in warnings]]

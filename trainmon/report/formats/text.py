@@ -10,7 +10,7 @@ def render(source: ReportInput) -> str:
     report = source.report
     v = report["verdict"]
     lines = [f"trainmon report — {report['duration_s']:.1f} s recorded, {len(report['runs'])} run(s)", ""]
-    lines.append(f"VERDICT  {v['code']}  [{v['severity']}]")
+    lines.append(f"VERDICT  {v['code']}  [{v['severity']}]  held {v['held_s']:.0f} s")
     lines.append(f"  {v['summary']}")
     for advice in v["advice"]:
         lines.append(f"  → {advice}")
@@ -24,11 +24,11 @@ def render(source: ReportInput) -> str:
     if report["findings"]:
         lines += ["", "Other findings:"]
         for f in report["findings"]:
-            lines.append(f"  {f['code']} [{f['severity']}] {f['summary']}")
+            lines.append(f"  {f['code']} [{f['severity']}] held {f['held_s']:.0f} s: {f['summary']}")
     if report["timeline"]:
-        lines += ["", "Timeline:"]
-        for entry in report["timeline"]:
-            lines.append(f"  {entry['t']:8.1f} s  {entry['code']}")
+        lines += ["", "Timeline (phases):"]
+        for e in report["timeline"]:
+            lines.append(f"  {e['t']:7.1f} – {e['end']:7.1f} s  {e['code']} [{e['severity']}]  {e['summary']}")
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
