@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 
@@ -19,14 +20,15 @@ def _report(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(trainmon_cmd("report", *args), env=child_env(), capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def switch_json() -> dict:
+@functools.cache
+def _switch_json() -> dict:
     res = _report(SWITCH, "--format", "json")
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
 
-def test_the_verdicts_code_fails_the_gate_and_the_report_is_still_written(switch_json):
+def test_the_verdicts_code_fails_the_gate_and_the_report_is_still_written():
+    switch_json = _switch_json()
     code = switch_json["verdict"]["code"]
     res = _report(SWITCH, "--format", "json", "--fail-on", code)
     assert res.returncode == 1
@@ -35,7 +37,8 @@ def test_the_verdicts_code_fails_the_gate_and_the_report_is_still_written(switch
     assert lines == [f"trainmon: gate failed: verdict {code} is listed in --fail-on"]
 
 
-def test_a_finding_that_held_beside_the_verdict_fails_the_gate(switch_json):
+def test_a_finding_that_held_beside_the_verdict_fails_the_gate():
+    switch_json = _switch_json()
     held = [f for f in switch_json["findings"] if f["held_s"] > 0]
     assert held, "the switch recording has a second cause"
     code = held[0]["code"]
@@ -44,7 +47,8 @@ def test_a_finding_that_held_beside_the_verdict_fails_the_gate(switch_json):
     assert f"{code} held for {held[0]['held_s']:g} s" in res.stderr and res.stderr.count("\n") == 1
 
 
-def test_codes_that_did_not_hold_pass_and_a_family_pattern_matches(switch_json):
+def test_codes_that_did_not_hold_pass_and_a_family_pattern_matches():
+    switch_json = _switch_json()
     held = {switch_json["verdict"]["code"], *(f["code"] for f in switch_json["findings"])}
     absent = [c for c in CODES if c not in held]
     res = _report(SWITCH, "--fail-on", ",".join(absent))
@@ -54,7 +58,8 @@ def test_codes_that_did_not_hold_pass_and_a_family_pattern_matches(switch_json):
     assert _report(SWITCH, "--fail-on", f"{family}.*").returncode == 1
 
 
-def test_max_data_wait_compares_the_worst_run(switch_json):
+def test_max_data_wait_compares_the_worst_run():
+    switch_json = _switch_json()
     wait = max(r["data_wait_fraction"] for r in switch_json["runs"])
     below = _report(SWITCH, "--max-data-wait", f"{(wait - 0.02) * 100:.1f}%")
     assert below.returncode == 1 and "waited on data" in below.stderr and "above --max-data-wait" in below.stderr

@@ -3,8 +3,13 @@ machines read, the slowdown gate, and bad sides."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -16,10 +21,11 @@ def _diff(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(trainmon_cmd("diff", *args), env=child_env(), capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory) -> tuple[str, dict[int, int]]:
+@functools.cache
+def _two_runs() -> tuple[str, dict[int, int]]:
     """One recording of two trainings at once: 1.5 ms and 4 ms of loading per sample, in the main process."""
-    tmp = tmp_path_factory.mktemp("diff")
+    tmp = Path(tempfile.mkdtemp(prefix="trainmon-diff-"))
+    atexit.register(shutil.rmtree, tmp, True)
     addr = str(tmp / "m.sock")
     rec = str(tmp / "two.tmrec")
     recorder = start_recorder(addr, rec)
@@ -34,7 +40,8 @@ def two_runs(tmp_path_factory) -> tuple[str, dict[int, int]]:
     return rec, {fast.pid: 1, slow.pid: 4}
 
 
-def test_two_runs_of_one_recording_slower_beyond_noise_and_the_gate(two_runs):
+def test_two_runs_of_one_recording_slower_beyond_noise_and_the_gate():
+    two_runs = _two_runs()
     rec, sleeps = two_runs
     fast, slow = sorted(sleeps, key=sleeps.get)
     res = _diff(f"{rec}#pid:{fast}", f"{rec}#pid:{slow}", "--format", "json")
@@ -56,7 +63,8 @@ def test_two_runs_of_one_recording_slower_beyond_noise_and_the_gate(two_runs):
     assert "| step time p50 ms |" in faster.stdout and "better" in faster.stdout
 
 
-def test_whole_recordings_pair_their_runs(two_runs):
+def test_whole_recordings_pair_their_runs():
+    two_runs = _two_runs()
     rec, _ = two_runs
     res = _diff(rec, rec, "--format", "json", "--max-slowdown", "1%")
     assert res.returncode == 0, res.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -15,8 +16,8 @@ HEALTHY = str(RECORDINGS / "healthy.tmrec")
 FEW = str(RECORDINGS / "few-workers.tmrec")
 
 
-@pytest.fixture(scope="module")
-def healthy():
+@functools.cache
+def _healthy():
     return load_side(HEALTHY)
 
 
@@ -42,7 +43,8 @@ def test_thinning_keeps_the_windows_and_bounds_the_pool():
     assert len(thinned) == 40 and sum(map(len, thinned)) <= 4000 + 40
 
 
-def test_a_recording_against_itself_changes_nothing(healthy):
+def test_a_recording_against_itself_changes_nothing():
+    healthy = _healthy()
     d = diff(healthy, load_side(HEALTHY))
     (pair,) = d.pairs
     keys = [f.figure.key for f in pair.figures]
@@ -52,7 +54,8 @@ def test_a_recording_against_itself_changes_nothing(healthy):
     assert slowdown_gate(d, 0.0) is None
 
 
-def test_the_side_figures_are_the_reports_figures(healthy):
+def test_the_side_figures_are_the_reports_figures():
+    healthy = _healthy()
     d = diff(healthy, load_side(FEW))
     (pair,) = d.pairs
     got = {f.figure.key: f.change for f in pair.figures}
@@ -73,7 +76,8 @@ def test_the_side_figures_are_the_reports_figures(healthy):
     assert "| figure | A | B | change | interval | noise |" in render(d, "markdown")
 
 
-def test_sources_and_selectors(healthy, tmp_path):
+def test_sources_and_selectors(tmp_path):
+    healthy = _healthy()
     assert split_source("x.tmrec#rank:2") == ("x.tmrec", "rank:2")
     odd = tmp_path / "a#b.tmrec"
     odd.write_bytes(b"")
