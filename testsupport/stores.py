@@ -40,9 +40,11 @@ def uniform_store(
     checkpoints: list[tuple[float, float]] | None = None,
     long_every: int = 0,
     long_ms: float = 0.0,
+    long_at: tuple[int, ...] = (),
 ) -> Store:
     """A run of ``steps`` alike steps from ``t_start_ms``: each waits ``wait_ms`` on loader 1, then ends with an
-    optimizer step ``step_ms`` after it began (every ``long_every``-th step ``long_ms`` longer), plus the given
+    optimizer step ``step_ms`` after it began (every ``long_every``-th step, and those ``long_at``, ``long_ms``
+    longer), plus the given
     checkpoints. Host figures (``host`` over defaults) and per-process ones (``procs``: pid → figures) are
     sampled every second, unchanged: the windows the rules read. ``store`` adds this run to an existing one."""
     store = store or Store()
@@ -54,7 +56,7 @@ def uniform_store(
     t = t_start_ms
     for i in range(steps):
         recs += [P.K_WAIT | 1 << 8, int(t * MS), int((t + wait_ms) * MS), 0]
-        d = step_ms + (long_ms if long_every and i % long_every == long_every - 1 else 0)
+        d = step_ms + (long_ms if (long_every and i % long_every == long_every - 1) or i in long_at else 0)
         t += d
         recs += [P.K_OPT, int(t * MS), int(t * MS), 0]
     for c0, c1 in checkpoints or []:
@@ -262,3 +264,94 @@ def replay_at_end(store: Store) -> ReplayFeed:
     feed = ReplayFeed(store)
     feed.clock.seek(feed.clock.end)
     return feed
+
+
+# ---------------------------------------------------------------- a hung run (stall.hang)
+
+HUNG_PID = 4242
+HUNG_WORKER = 5000
+
+
+def hung_dump(t: float, reason: str = "stall.hang") -> dict:
+    """The stacks the monitor records for a run deadlocked on two locks (see trainmon.demo.stalls.MetricsLog)."""
+    return {
+        "reason": reason,
+        "t": t,
+        "processes": [
+            {
+                "pid": HUNG_PID,
+                "role": "main",
+                "error": None,
+                "elapsed_ms": 31.5,
+                "cpu_ms": 20.0,
+                "threads": [
+                    {
+                        "tid": HUNG_PID,
+                        "name": "MainThread",
+                        "main": True,
+                        "idle": True,
+                        "gil": False,
+                        "frames": [["MetricsLog.log", "trainmon/demo/stalls.py", 37], ["main", "train.py", 330]],
+                    },
+                    {
+                        "tid": HUNG_PID + 7,
+                        "name": "metrics-rotate",
+                        "main": False,
+                        "idle": True,
+                        "gil": False,
+                        "frames": [["MetricsLog._rotate_later", "trainmon/demo/stalls.py", 50]],
+                    },
+                ],
+            },
+            {"pid": HUNG_WORKER, "role": "worker", "error": "process 5000 has exited", "elapsed_ms": 2.0},
+        ],
+    }
+
+
+def hung_store(
+    steps_s: float = 20.0,
+    silent_s: float = 45.0,
+    *,
+    step_ms: float = 50.0,
+    pause: tuple[float, float] | None = None,
+    dump_after_s: float | None = 31.0,
+    during_silence: str | None = None,
+    hello: dict | None = None,
+) -> Store:
+    """A run from ``T0`` + 1 whose loop steps every ``step_ms`` (1 ms of it waiting on loader 1) for ``steps_s``
+    seconds, but for a ``pause`` (start, length in seconds from its first step), then does nothing more for
+    ``silent_s`` while its connection stays open; every second sampled (the main process idle), as a monitor
+    ticks. ``dump_after_s``: the stacks the monitor dumps that long after the last step (``hung_dump``).
+    ``during_silence``: what the agent still reports, twice a second, while no step comes: "gc" (young
+    collections another thread's allocations set off) or "eval" (batches of a second loader)."""
+    store = Store()
+    store.meta(T0, {"interval": 1.0, "wall": WALL, "monotonic": T0, "gpus": []})
+    store.hello(1, T0 + 1, {"pid": HUNG_PID, "name": "train.py", **(hello or {})})
+    store.info(1, T0 + 1, {"loader": {"id": 1, "batch_size": 32, "num_workers": 1, "persistent_workers": True}})
+    store.info(1, T0 + 1, {"workers": {"loader": 1, "pids": [HUNG_WORKER]}})
+    batches: dict[int, list[int]] = {}
+    t, first = T0 + 2.0, T0 + 2.0
+    while t < first + steps_s:
+        if pause is not None and first + pause[0] <= t < first + pause[0] + pause[1]:
+            t = first + pause[0] + pause[1]
+        w, d = 0.001, step_ms / 1e3
+        batches.setdefault(math.ceil(t + d), []).extend(
+            [(1 << 8) | K_WAIT, _ns(t), _ns(t + w), 0, P.K_OPT, _ns(t + d), _ns(t + d), 0]
+        )
+        t += d
+    last = t
+    u = last + 0.5
+    while during_silence and u < last + silent_s:
+        kind, ident = (P.K_GC, 0) if during_silence == "gc" else (K_WAIT, 2)
+        batches.setdefault(math.ceil(u + 0.01), []).extend([kind | ident << 8, _ns(u), _ns(u + 0.01), 0])
+        u += 0.5
+    end = last + silent_s
+    for s in range(int(end - T0) + 2):
+        now = T0 + s
+        batch = batches.pop(int(now), None)
+        if batch:
+            store.events(1, now, array("q", batch))
+        store.sample(now, {"cpu.busy": 5.0, "cpu.cores": 4.0, "mem.used_pct": 30.0, f"proc.{HUNG_PID}.cpu_pct": 0.5})
+        if dump_after_s is not None and last + dump_after_s <= now < last + dump_after_s + 1:
+            store.info(1, now + 0.2, {"stacks": hung_dump(now + 0.1)})
+    return store

@@ -24,6 +24,7 @@ from trainmon.labels import run_label, status_run_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
+from trainmon.sources.autodump import AutoDumper
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
 from trainmon.sources.host import HostSource
@@ -109,6 +110,7 @@ class Monitor:
         listen: bool = True,
         sources: list[Source] | None = None,
         nvml_module: Any = None,
+        dump_on_critical: bool = True,
     ) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
@@ -124,6 +126,8 @@ class Monitor:
         self.source_cost_s: dict[str, float] = {}
         self._failed_sources: set[str] = set()
         self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
+        # py-spy stacks of a run's processes when a critical verdict first fires for it: evidence, via the Ingest.
+        self.autodump = AutoDumper(self.ingest.info) if dump_on_critical else None
         self.findings: list[Finding] = []
         self.last_snapshot: Snapshot | None = None
         self.listeners: list[Callable[[Snapshot], None]] = []
@@ -190,6 +194,8 @@ class Monitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        if self.autodump is not None:
+            self.autodump.close()
         if self.agents is not None:
             self.agents.stop()
         for source in self.sources:
@@ -218,6 +224,8 @@ class Monitor:
         changes: list[Change] = []  # runs whose live window was cut at a change: the verdict may follow fast
         self.findings = evaluate(self.store, t, self.thresholds, changes=changes)
         verdict = self.tracker.update(t, self.findings, changes)
+        if self.autodump is not None:
+            self.autodump.consider(self.store, t, self.findings)
         snap = Snapshot(t, self.run_statuses(t), verdict, self.findings, values)
         self.last_snapshot = snap
         for listener in list(self.listeners):

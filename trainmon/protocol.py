@@ -50,6 +50,7 @@ K_MARK = 7  # trainmon.agent.mark(name): id = name id
 K_PHASE = 8  # with trainmon.agent.phase(name): id = name id, t0..t1
 K_EXPOSED = 9  # GPU idle exposed by a data wait (CUDA events): value = exposed ns
 K_COMM = 10  # the training thread blocked in collective communication: id = COMM_OPS index, t0..t1, value = 0
+K_GC = 11  # a garbage collection (gc.callbacks): t0..t1 = the pause, value = generation
 KIND_NAMES = {
     K_WAIT: "wait",
     K_ITER_END: "iter_end",
@@ -61,6 +62,7 @@ KIND_NAMES = {
     K_PHASE: "phase",
     K_EXPOSED: "exposed",
     K_COMM: "comm",
+    K_GC: "gc",
 }
 # The id of a comm record: what the thread was blocked in (index into this tuple; unknown ids read as "other").
 COMM_OPS = (

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from trainmon import __version__, protocol
-from trainmon.agent import _hot
+from trainmon.agent import _gc, _hot
 from trainmon.agent._redact import redact_argv
 from trainmon.agent._sender import Sender, debug
 from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
@@ -74,13 +74,16 @@ class _Agent:
     def start(self) -> None:
         try:
             self.hooks.install()
+            _gc.install()
             self.sender.start()
         except BaseException:
+            _gc.uninstall()
             self.hooks.uninstall()
             _hot.reset_buffer()
             raise
 
     def stop(self, reason: str) -> None:
+        _gc.uninstall()
         self.hooks.uninstall()
         if self.dist is not None:
             self.dist.uninstall()
@@ -272,6 +275,7 @@ def _after_fork_in_child() -> None:
     global _agent, _lock
     agent, _agent = _agent, None
     _lock = threading.Lock()  # another thread may have held it at the fork
+    _gc.uninstall()  # a worker's collections would fill a buffer nobody sends
     _hot.reset_buffer()
     if agent is not None:
         try:

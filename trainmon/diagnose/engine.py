@@ -11,7 +11,7 @@ from typing import Any
 from trainmon.diagnose import rules
 from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.findings import Finding, headline
+from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
 from trainmon.diagnose.rules.dist import comm_bound
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run_window
@@ -53,6 +53,10 @@ def evaluate(
         host = host_window(store, t0, t)
         for run in list(store.runs.values()):
             if run.first_seen > t:
+                continue
+            if (f := rules.hang(store, run, t, th)) is not None:
+                findings.append(f)  # its window holds only the steps from before it stopped: judge nothing else
+                judged += 1
                 continue
             if since is None:
                 w, change = live_window(run, t0, t, th)
@@ -148,7 +152,7 @@ class VerdictTracker:
             fresh = latest > self._reflected + SAME_CHANGE_S and t - latest <= FRESH_S
             if top.code != "insufficient_data" and fresh:
                 hold = min(hold, self.change_hold_s)
-            if t - self._candidate_since >= hold:
+            if t - self._candidate_since >= hold or top.code in IMMEDIATE:
                 self._switch(self._candidate_since, top)
                 self._reflected = max(self._reflected, latest)
         return self.current

@@ -9,6 +9,7 @@ SEVERITIES = ("ok", "warning", "critical")
 
 # code → one-line meaning; order = priority when several hold (first wins at equal severity).
 CODES: dict[str, str] = {
+    "stall.hang": "no step for far longer than usual while the process lives (stacks dumped automatically)",
     "stall.checkpoint": "checkpoint saves take a material share of wall time",
     "dist.straggler": "one rank is slower than the rest",
     "input.main_process": "data loads in the main process (num_workers=0) and the loop waits on it",
@@ -29,6 +30,7 @@ CODES: dict[str, str] = {
     "insufficient_data": "too few steps after warm-up to judge",
 }
 PRIORITY = {code: i for i, code in enumerate(CODES)}
+IMMEDIATE = frozenset({"stall.hang"})  # shown as soon as they hold: a hang only gets worse with waiting
 
 
 @dataclass

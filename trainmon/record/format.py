@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainmon import protocol as P
+from trainmon.store.stacks import clean_stacks
 from trainmon.store.store import Ingest
 
 HEADER = b"TRAINMON-REC\x00"
@@ -214,7 +215,11 @@ def _dispatch(kind: int, body: bytes, sink: Ingest) -> None:
         sink.hello(run_id, t, P.clean_hello(_load(body[RUN_T.size :]), monitor=True))
     elif kind == R_INFO:
         run_id, t = _run_t(body)
-        sink.info(run_id, t, P.clean_info(_load(body[RUN_T.size :]), monitor=True))
+        raw = _load(body[RUN_T.size :])
+        info = P.clean_info(raw, monitor=True)
+        if (stacks := clean_stacks(raw.get("stacks"))) is not None:
+            info["stacks"] = stacks  # the monitor's own evidence (never taken from the wire)
+        sink.info(run_id, t, info)
     elif kind == R_CLOSED:
         run_id, t = _run_t(body)
         sink.closed(run_id, t, body[RUN_T.size :].decode("utf-8", "replace")[:200])

@@ -8,6 +8,7 @@ from trainmon.metrics import GPU
 from trainmon.report.runs import run_summary
 from trainmon.report.schema import IdleProcess, Report, RunRow
 from trainmon.report.series import series_section
+from trainmon.report.stacks import stack_dumps
 from trainmon.report.system import agentless_section, process_figures, pyspy_wait_share, system_section
 from trainmon.report.verdict import judge
 from trainmon.store.store import Store
@@ -32,6 +33,7 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
                 "processes": process_figures(store, r),
                 "pyspy_data_wait_share": pyspy_wait_share(store, r.pid),
                 "gpus": run_gpus(store, r, store.index().int_ids(GPU, "util")),
+                "stack_dumps": stack_dumps(r, first),
             }
             for r in runs
         ]

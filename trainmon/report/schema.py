@@ -90,6 +90,9 @@ class RunRow(RunSummary):
     processes: ProcessFigures
     pyspy_data_wait_share: float | None
     gpus: list[int]  # the NVML indices of the run's own GPUs (none known: empty)
+    # Stacks the monitor dumped when a critical verdict fired (format: trainmon.store.stacks; "t" in seconds
+    # from the report's start), oldest first; none taken: empty.
+    stack_dumps: list[dict[str, Any]]
 
 
 class FindingDict(TypedDict):

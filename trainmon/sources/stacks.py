@@ -63,6 +63,26 @@ class StackDump:
     def main_thread(self) -> ThreadStack | None:
         return next((t for t in self.threads if t.is_main), None)
 
+    def to_dict(self, role: str, max_frames: int = 64) -> dict[str, Any]:
+        """This dump as one process of a stored stack dump (the format of ``trainmon.store.stacks``)."""
+        return {
+            "pid": self.pid,
+            "role": role,
+            "error": self.error,
+            "elapsed_ms": round(self.elapsed_s * 1e3, 1),
+            "threads": [
+                {
+                    "tid": t.os_thread_id if t.os_thread_id is not None else t.thread_id,
+                    "name": t.name,
+                    "main": t.is_main,
+                    "idle": t.idle,
+                    "gil": t.owns_gil,
+                    "frames": [[f.name, f.short, f.line] for f in t.frames[:max_frames]],
+                }
+                for t in self.threads
+            ],
+        }
+
     def summary(self, max_frames: int = 8) -> list[str]:
         """Readable lines: the main thread first, then the others; innermost frame first, idle threads marked."""
         if self.error is not None:

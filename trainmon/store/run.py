@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 import sys
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from trainmon.protocol import (
     K_CKPT,
     K_COMM,
     K_EXPOSED,
+    K_GC,
     K_ITER_END,
     K_ITER_START,
     K_MARK,
@@ -34,6 +36,8 @@ from trainmon.protocol import (
     K_STEP,
     K_WAIT,
 )
+from trainmon.store.gcspans import GcSpans
+from trainmon.store.stacks import clean_stacks
 from trainmon.store.steps import Steps
 
 NS = 1e-9
@@ -42,6 +46,8 @@ MAX_LOADERS = 256  # per run; events of further loader ids count as loader 0 ("u
 MAX_NAMES = 4096
 RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
 CKPT_MERGE_GAP_S = 0.005
+BEAT_S = 0.5  # agent activity is kept at this resolution (see Run.last_activity)
+MAX_STACK_DUMPS = 32  # per run: the oldest automatic stack dumps are dropped beyond this
 FAST_MIN_STEPS = 8  # a batch with fewer regular steps than this goes record by record
 _NAN = float("nan")
 _KIND_BYTE = 0 if sys.byteorder == "little" else 7  # where a record's kind (the tag's low byte) lies in memory
@@ -80,6 +86,9 @@ class Run:
         self.eval_wait_s = 0.0
         self.comm_by_op: dict[str, float] = {}  # seconds blocked in each kind of collective (protocol.COMM_OPS)
         self.records = 0
+        self.gc = GcSpans(cap)  # the job's garbage-collection pauses
+        self.beats = array("d")  # when the training did anything but collect garbage, every BEAT_S at most
+        self.stack_dumps: list[dict[str, Any]] = []  # automatic stack dumps (trainmon.store.stacks), oldest first
         self._events_cap = cap
         # step derivation state
         self.mode = "next"
@@ -236,6 +245,24 @@ class Run:
             self.ended = bye[:32]
         if isinstance(device := info.get("cuda_device"), dict):
             self.cuda_device = device
+        if (dump := clean_stacks(info.get("stacks"))) is not None:
+            self.stack_dumps.append(dump)
+            del self.stack_dumps[:-MAX_STACK_DUMPS]
+
+    def _beat(self, t: float) -> None:
+        beats = self.beats
+        if not beats or t >= beats[-1] + BEAT_S:
+            beats.append(t)
+            if self._events_cap is not None and len(beats) > self._events_cap:
+                del beats[: self._events_cap // 4]
+
+    def last_activity(self, t: float) -> float | None:
+        """When the training last did anything (a batch, a step, a save, a mark) at or before ``t``; its garbage
+        collections do not count, since another thread's allocations can trigger them while the loop is stuck."""
+        k = bisect_right(self.beats, t)
+        j = bisect_right(self.steps.end, t)
+        known = ([self.beats[k - 1]] if k else []) + ([self.steps.end[j - 1]] if j else [])
+        return max(known) if known else None
 
     def _bounded(self, lid: int) -> int:
         return lid if lid in self.loaders or len(self.loaders) < MAX_LOADERS else 0
@@ -254,6 +281,7 @@ class Run:
         self.records += len(records) // 4
         records, exposed = _split_exposed(records)
         records, comm = _split_kind(records, K_COMM)
+        records, gc = _split_kind(records, K_GC)
         n = len(records) // 4
         tags = records[0::4]
         t0s = records[1::4]
@@ -272,6 +300,9 @@ class Run:
                 del lst[: len(lst) - self._events_cap]
         if n:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
+            self._beat(t1s[n - 1] * NS)
+        if gc is not None:
+            self.gc.add_records(gc)
         if exposed is not None:
             self._apply_exposed(exposed)
         if comm is not None:

@@ -1,4 +1,5 @@
-"""Modal screens: help, the evidence behind the verdict, and a py-spy stack dump of the selected process."""
+"""Modal screens: help, the evidence behind the verdict (with the stacks dumped when it fired), and a py-spy stack
+dump of the selected process."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ KEYS = (
     ("f", "focus the next pane: it gets the room (training, GPU, CPU, disk, processes)"),
     ("↑ ↓", "select a process in the table"),
     ("d", "stack dump of the selected process (py-spy)"),
-    ("e", "evidence behind the verdict at the shown instant"),
+    ("e", "evidence behind the verdict at the shown instant, with the stacks dumped when it fired"),
     ("+ -", "replay speed"),
     ("? h", "this help"),
     ("q", "quit"),
@@ -103,6 +104,11 @@ def evidence_text(v: VerdictView | None) -> Text:
                 shown = f"{value:.4g}"
             text.append(f"    {key}: ", style="dim")
             text.append(f"{shown}\n")
+    for stacks in v.stacks:
+        text.append(f"\nstacks of {stacks.run}", style="bold")
+        text.append(f"  dumped by py-spy when {stacks.reason} fired, at {stacks.at_label}\n")
+        for line in stacks.lines:
+            text.append(line + "\n", style="bold" if line.lstrip().startswith("thread ") else "")
     return text
 
 

@@ -14,6 +14,7 @@ from trainmon.view.axis import axis_ticks, clock_label
 from trainmon.view.feeds.protocol import Feed, VerdictPoint
 from trainmon.view.frames import Axis, Frame, Layout, StripCell, VerdictView
 from trainmon.view.resample import make_edges
+from trainmon.view.stacks import stack_views
 from trainmon.view.state import ViewState
 
 
@@ -93,6 +94,8 @@ def build_frame(
     points = feed.verdicts(t0, instant if cursor_t is not None else t_end)
     with store.lock:
         verdict = _verdict_view(points, instant, clock_label(instant, offset, feed, t_end))
+        if verdict is not None:
+            verdict.stacks = stack_views(store, verdict, instant, lambda t: clock_label(t, offset, feed, t_end))
         strip = _strip(feed.verdicts(t0, t_end), col_edges)
         runs = [extract.run_view(r, edges, col_edges, cols, instant) for r in extract.visible_runs(store, t0, t_end)]
         agentless = extract.agentless_views(store, edges, instant, hold)

@@ -5,7 +5,7 @@ A :class:`Frame` is built by :mod:`trainmon.view.build`; the TUI only reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
@@ -30,6 +30,16 @@ class Axis:
 
 
 @dataclass
+class StackEvidenceView:
+    """Stacks the monitor dumped by itself when a critical verdict fired for a run (py-spy), as lines."""
+
+    run: str  # "rank 1" or "pid 4242"
+    reason: str  # the verdict code that fired
+    at_label: str  # when the dump was taken
+    lines: list[str]
+
+
+@dataclass
 class VerdictView:
     code: str
     severity: str
@@ -39,6 +49,7 @@ class VerdictView:
     findings: list[Finding]
     since_s: float | None  # how long this verdict has held at the shown instant
     at_label: str
+    stacks: list[StackEvidenceView] = field(default_factory=list)  # for the findings shown, taken by then
 
 
 @dataclass

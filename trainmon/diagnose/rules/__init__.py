@@ -13,6 +13,7 @@ from trainmon.diagnose.rules.gpu import (
     no_tensor_cores,
     small_work,
 )
+from trainmon.diagnose.rules.hang import hang
 from trainmon.diagnose.rules.host import host_memory, host_overhead
 from trainmon.diagnose.rules.input import host_to_device, input_bound
 from trainmon.diagnose.rules.stalls import checkpoint_stall, periodic_stall
@@ -25,6 +26,7 @@ __all__ = [
     "compute_bound",
     "gpu_memory",
     "gpu_throttled",
+    "hang",
     "host_memory",
     "host_overhead",
     "host_sync",

@@ -10,6 +10,7 @@ from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, quantile
 from trainmon.numbers import is_nan, rounded
+from trainmon.store.gcspans import GENERATIONS
 
 
 def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
@@ -44,9 +45,13 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     if len(longest) < 2 or math.fsum(longest) < th.periodic_share * w.step_time_s:
         return None
     # Long steps spent mostly waiting on data are an input problem; those overlapping a save are a
-    # checkpoint problem: neither is a periodic stall.
+    # checkpoint problem: neither is a periodic stall. A collection the DataLoader's own allocations set off
+    # pauses the loop inside __next__: its time is not data.
+    gc = w.run.gc
     long_steps = [
-        (s, e) for s, e, wait in w.long_steps(limit) if wait < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)
+        (s, e)
+        for s, e, wait in w.long_steps(limit)
+        if wait - (gc.overlap_all(s, e) if gc.total else 0.0) < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)
     ]
     if len(long_steps) < 2:
         return None
@@ -59,7 +64,9 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     extra = long_time - len(long_steps) * w.step_p50_s
     names = sorted({p for p in w.phase_names_in(long_steps)})
     eval_ran = w.eval_in(long_steps)
-    if not names and not eval_ran and len(gaps) >= 2:
+    gc_steps, gc_pause_ms = gc_explained(w, long_steps, th)
+    gc_named = len(gc_steps) >= 2 and 2 * len(gc_steps) >= len(long_steps)
+    if not names and not eval_ran and not gc_named and len(gaps) >= 2:
         spread = (quantile(gaps, 0.9) - quantile(gaps, 0.1)) / period if period > 0 else math.inf
         if spread > th.periodic_irregularity:
             return None  # irregular hiccups (contention, noise), not a recurring stall
@@ -71,18 +78,64 @@ def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
         "long_step_ms_p50": rounded(quantile([e - s for s, e in long_steps], 0.5) * 1e3, 1),
         "phases": names,
     }
-    return Finding(
-        "stall.periodic",
-        "critical" if share >= 0.4 else "warning",
+    advice = [
+        "run evaluation, logging and metric syncs less often, or asynchronously",
+        "avoid per-step .item()/.cpu() syncs in logging; aggregate on device and log every N steps",
+        "if it is Python GC: gc.freeze() after setup, or raise gc thresholds",
+    ]
+    summary = (
         f"{len(long_steps)} long steps{what} every {period:.1f} s take {share:.0%} of the time "
-        f"(+{extra:.1f} s over the {w.step_p50_s * 1e3:.0f} ms median)",
-        [
-            "run evaluation, logging and metric syncs less often, or asynchronously",
-            "avoid per-step .item()/.cpu() syncs in logging; aggregate on device and log every N steps",
-            "if it is Python GC: gc.freeze() after setup, or raise gc thresholds",
-        ],
-        ev,
+        f"(+{extra:.1f} s over the {w.step_p50_s * 1e3:.0f} ms median)"
     )
+    if w.run.gc.total:  # the agent times the collector (older agents and recordings do not)
+        ev["gc"] = gc_totals(w)
+        ev["gc_explained_long_steps"] = len(gc_steps)
+        ev["gc_gen2_pause_ms_p50"] = rounded(gc_pause_ms, 1)
+    if gc_named:
+        summary += (
+            f": gen-2 garbage collection, {gc_pause_ms:.0f} ms each, explains {len(gc_steps)} of "
+            f"{len(long_steps)} long steps"
+        )
+        advice = [
+            "call gc.freeze() once start-up and the model build are done: what they allocated leaves the "
+            "collector's generations and is never scanned again",
+            "build fewer reference cycles per step (graphs, caches and closures that point back at their owner, "
+            "exceptions kept with their tracebacks): break them, or use weakref",
+            "raise the collector's thresholds (gc.set_threshold(50_000, 50, 100)), or gc.disable() and call "
+            "gc.collect() yourself at epoch boundaries",
+        ]
+    return Finding("stall.periodic", "critical" if share >= 0.4 else "warning", summary, advice, ev)
+
+
+def gc_explained(w: RunWindow, long_steps: list[tuple[float, float]], th: Thresholds) -> tuple[list[int], float]:
+    """Which long steps gen-2 collections explain (their pauses inside the step are at least ``gc_explains`` of
+    its excess over the median), and the median gen-2 pause inside those steps (ms; nan where none)."""
+    spans = w.run.gc
+    if not spans.total:
+        return [], math.nan
+    explained: list[int] = []
+    pauses: list[float] = []
+    for k, (s, e) in enumerate(long_steps):
+        pause = spans.overlap(s, e, 2)
+        if pause > 0 and pause >= th.gc_explains * (e - s - w.step_p50_s):
+            explained.append(k)
+            start, end, gen = spans.between(s, e)
+            pauses.extend(b - a for a, b, g in zip(start, end, gen, strict=True) if g == 2)
+    return explained, quantile(pauses, 0.5) * 1e3 if pauses else math.nan
+
+
+def gc_totals(w: RunWindow) -> dict[str, dict[str, float]]:
+    """Garbage-collection pauses in the window by generation: how many, how long in all, the longest."""
+    start, end, gen = w.run.gc.between(w.t0, w.t1)
+    out: dict[str, dict[str, float]] = {}
+    for g in range(GENERATIONS):
+        pauses = [b - a for a, b, k in zip(start, end, gen, strict=True) if k == g]
+        out[f"gen{g}"] = {
+            "count": len(pauses),
+            "total_ms": round(math.fsum(pauses) * 1e3, 1),
+            "max_ms": round(max(pauses, default=0.0) * 1e3, 1),
+        }
+    return out
 
 
 # ---------------------------------------------------------------- host / GPU

@@ -7,10 +7,12 @@ from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.formats.svg import PAD_B, PAD_T, H, W, bars, esc, frame, nice_max, polyline, x_of
 from trainmon.report.schema import Report, SeriesSection, TimelineEntry
+from trainmon.report.stacks import printed_dumps
 
 SEVERITY_COLOR = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828"}
 PALETTE = ["#1565c0", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#283593"]
 CODE_COLORS = {
+    "stall.hang": "#b71c1c",
     "ok.compute_bound": "#2e7d32",
     "insufficient_data": "#9e9e9e",
     "stall.checkpoint": "#6a1b9a",
@@ -155,6 +157,8 @@ def _lists(report: Report) -> list[str]:
             )
             + "</ul>"
         )
+    for heading, stack in printed_dumps(report["runs"]):
+        parts.append(f"<h2>Stacks of {esc(heading)}</h2><pre>{esc(chr(10).join(stack))}</pre>")
     for w in report.get("warnings", []):
         parts.append(f'<p class="muted">warning: {esc(w)}</p>')
     return parts

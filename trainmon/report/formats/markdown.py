@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
+from trainmon.report.stacks import printed_dumps
 
 
 def render(source: ReportInput) -> str:
@@ -30,6 +31,8 @@ def render(source: ReportInput) -> str:
             f"- {e['t']:.1f}–{e['end']:.1f} s: `{e['code']}` ({e['severity']}) — {e['summary']}"
             for e in report["timeline"]
         ]
+    for heading, stack in printed_dumps(report["runs"]):
+        out += ["", f"### Stacks of {heading}", "", "```", *stack, "```"]
     warnings = report.get("warnings", [])
     if warnings:
         out += ["", *[f"> warning: {w}" for w in warnings]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
+from trainmon.report.stacks import printed_dumps
 
 
 def render(source: ReportInput) -> str:
@@ -29,6 +30,8 @@ def render(source: ReportInput) -> str:
         lines += ["", "Timeline (phases):"]
         for e in report["timeline"]:
             lines.append(f"  {e['t']:7.1f} – {e['end']:7.1f} s  {e['code']} [{e['severity']}]  {e['summary']}")
+    for heading, stack in printed_dumps(report["runs"]):
+        lines += ["", f"Stacks of {heading}:", *(f"  {line}" for line in stack)]
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
