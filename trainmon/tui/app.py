@@ -24,7 +24,7 @@ from trainmon.tui.lines import Geometry
 from trainmon.tui.panes import PANES, Size
 from trainmon.tui.screens import EvidenceScreen, HelpScreen, StackScreen
 from trainmon.tui.theme import Glyphs, detect
-from trainmon.tui.watchdog import CHECK_EVERY_S, tty_alive
+from trainmon.tui.watchdog import CHECK_EVERY_S, ServerWatch, tty_alive
 from trainmon.tui.widgets import Banner, ChartPane, ProcTable, TimeAxis
 from trainmon.view import Feed, Frame, FrameBuilder, Layout, ViewState
 
@@ -109,6 +109,7 @@ class TrainmonApp(App[int]):
         self.compact = True
         self.geometry = Geometry.for_width(80, True)
         self.watchdog = watchdog
+        self._server_watch: ServerWatch | None = None
         self.threaded = threaded
         self._quit_armed_at: float | None = None
         self._thread: FrameThread | None = None
@@ -141,6 +142,8 @@ class TrainmonApp(App[int]):
         if not self.feed.subscribe(self.request_frame):
             self.set_interval(REPLAY_POLL_S, self.request_frame)
         if self.watchdog and not self.is_headless:
+            if self.is_web:  # pipes to `trainmon serve`, not a terminal: a closed tab ends the app via the driver
+                self._server_watch = ServerWatch()
             self.set_interval(CHECK_EVERY_S, self._check_tty)
         self.table.focus()
         self.request_frame()
@@ -281,6 +284,10 @@ class TrainmonApp(App[int]):
     # ---- TTY watchdog
 
     def _check_tty(self) -> None:
-        if not tty_alive():
+        if self._server_watch is not None:
+            if not self._server_watch.alive():
+                log.warning("server lost: exiting")
+                self.exit(return_code=1)
+        elif not tty_alive():
             log.warning("terminal lost: exiting")
             self.exit(return_code=1)

@@ -1,8 +1,13 @@
-"""TTY-loss watchdog: a dropped SSH session must not leave a monitor spinning on a dead terminal.
+"""Watchdogs for a screen whose viewer went away without saying so, one per kind of Textual driver.
 
-Textual's input thread keeps polling after the terminal goes away unless SIGHUP arrives (and under some
-multiplexers and nohup it does not), so the app checks every few seconds that its terminal still answers.
-After a hang-up the kernel fails terminal ioctls with EIO, which makes ``isatty`` false.
+On a terminal: a dropped SSH session must not leave a monitor spinning on a dead terminal. Textual's input thread
+keeps polling after the terminal goes away unless SIGHUP arrives (and under some multiplexers and nohup it does not),
+so the app checks every few seconds that its terminal still answers. After a hang-up the kernel fails terminal
+ioctls with EIO, which makes ``isatty`` false.
+
+In a browser (Textual's web driver under ``trainmon serve``): descriptors 0 and 2 are pipes to the server, never
+terminals. A closed tab ends the screen through the driver (the server sends ``quit``); what is left to watch is the
+server itself, which, killed outright, says nothing: the screen then finds itself re-parented.
 """
 
 from __future__ import annotations
@@ -22,3 +27,13 @@ def tty_alive(fds: Iterable[int] = (0, 2)) -> bool:
         except (OSError, ValueError):
             return False
     return True
+
+
+class ServerWatch:
+    """Under the web driver: alive while the process that started this screen (the server) is still its parent."""
+
+    def __init__(self, parent: int | None = None) -> None:
+        self.parent = os.getppid() if parent is None else parent
+
+    def alive(self) -> bool:
+        return os.getppid() == self.parent

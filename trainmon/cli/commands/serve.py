@@ -1,8 +1,10 @@
-"""``trainmon serve``: the live screen (or a replay) in a web browser through textual-serve, loopback unless told."""
+"""``trainmon serve``: the live screen (or a replay) in a web browser, one screen process per tab, loopback unless
+told."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -10,10 +12,16 @@ from trainmon.cli.command import Command
 from trainmon.cli.errors import CliError
 from trainmon.cli.monitor_setup import interval
 
+DEFAULT_MAX_SCREENS = 4
+LIVE_CAP_REASON = (
+    "The live screen is already open in another tab: its monitor holds the agent address, and one monitor can. "
+    "Close that tab and press Restart, or serve a recording (--replay) for several screens."
+)
+
 
 class Serve(Command):
     name = "serve"
-    help = "the live screen (or a replay) in a web browser, via textual-serve"
+    help = "the live screen (or a replay) in a web browser, one screen per tab"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
@@ -26,22 +34,51 @@ class Serve(Command):
         parser.add_argument(
             "--replay", metavar="FILE", default=None, help="serve a recording instead of the live monitor"
         )
+        parser.add_argument(
+            "--max-screens",
+            type=int,
+            default=DEFAULT_MAX_SCREENS,
+            metavar="N",
+            help=f"most replay screens (tabs) at once (default {DEFAULT_MAX_SCREENS}); the live screen is one "
+            "tab at a time, as its monitor holds the agent address",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
-        import shlex
-
         try:
-            from textual_serve.server import Server
+            from trainmon.serve import ScreenServer, ServeConfig, screen_environment
         except ImportError:
-            raise CliError("trainmon serve needs textual-serve: pip install textual-serve") from None
+            raise CliError("trainmon serve needs textual-serve: pip install 'trainmon[serve]'") from None
         _check_bind_address(args.host, args.port, args.allow_remote)
-        command = [sys.executable, "-m", "trainmon", *_screen_arguments(args)]
+        if args.max_screens < 1:
+            raise CliError(f"--max-screens must be at least 1, got {args.max_screens}")
+        env = screen_environment()
+        if args.token:
+            env["TRAINMON_TOKEN"] = args.token  # not on the screens' command lines, where ps shows it
+        if args.replay:
+            cap = args.max_screens
+            cap_reason = (
+                f"{cap} screen{'s are' if cap > 1 else ' is'} already open, the most this server runs at once "
+                "(trainmon serve --max-screens): close a tab and press Restart."
+            )
+        else:
+            cap, cap_reason = 1, LIVE_CAP_REASON
+        config = ServeConfig(
+            argv=[sys.executable, "-m", "trainmon", *_screen_arguments(args)],
+            env=env,
+            max_screens=cap,
+            cap_reason=cap_reason,
+        )
+        logging.getLogger("trainmon.serve").setLevel(logging.INFO)
         print(
-            f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab)",
+            f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab, "
+            f"{'at most ' + str(cap) if cap > 1 else 'one tab at a time'}; Ctrl-C stops)",
             file=sys.stderr,
             flush=True,
         )
-        Server(shlex.join(command), host=args.host, port=args.port, title="trainmon").serve()
+        try:
+            ScreenServer(config).serve(args.host, args.port)
+        except OSError as exc:
+            raise CliError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
         return 0
 
 
@@ -69,4 +106,6 @@ def _screen_arguments(args: argparse.Namespace) -> list[str]:
         if not os.path.isfile(args.replay):
             raise CliError(f"no such file: {args.replay}")
         return [*arguments, "replay", os.path.abspath(args.replay)]
-    return [*arguments, *(["--listen", args.listen] if args.listen else []), "--interval", str(interval(args))]
+    pids = [f"--pid={pid}" for pid in args.pid]
+    listen = ["--listen", args.listen] if args.listen else []
+    return [*arguments, *listen, *pids, "--interval", str(interval(args))]
