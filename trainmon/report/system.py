@@ -80,9 +80,13 @@ def system_section(store: Store) -> SystemSection:
         throttle = store.series.get(GPU.key(idx, "throttle"))
         g["throttle_reasons"] = throttle_reasons(throttle.values) if throttle is not None else []
         gpus.append(g)
-    infos = {i["index"]: i for i in store.metadata.get("gpus") or [] if isinstance(i, dict) and "index" in i}
+    listed = [i for i in store.metadata.get("gpus") or [] if isinstance(i, dict)]
+    if all(isinstance(i.get("index"), int) for i in listed):
+        infos = {i["index"]: i for i in listed}  # MIG devices' ids follow the GPUs': matched by id
+    else:  # metadata without ids: in the order of the GPUs
+        infos = {g["index"]: i for g, i in zip(gpus, listed, strict=False)}
     for g in gpus:
-        if isinstance(info := infos.get(g["index"]), dict):
+        if (info := infos.get(g["index"])) is not None:
             g["name"] = info.get("name")
             g["uuid"] = info.get("uuid")
             _mig_figures(g, info)
