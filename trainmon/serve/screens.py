@@ -21,6 +21,7 @@ READY_LINE = b"__GANGLION__\n"
 QUIT_GRACE_S = 2.5  # after "quit", the screen's own exit (the live monitor stops its sources) before SIGTERM
 TERM_GRACE_S = 1.0  # after SIGTERM, before SIGKILL: the tab's process is gone within 4 s of the tab closing
 STDERR_LINES = 20
+SERVER_PID_ENV = "TRAINMON_SERVER_PID"  # read by the screen's watchdog (trainmon/tui/watchdog.py)
 
 
 class Screen:
@@ -173,4 +174,5 @@ def screen_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env["TERM_PROGRAM"] = "trainmon-serve"  # not the host terminal's: Textual reads key sequences by it
     env.pop("TERM_PROGRAM_VERSION", None)
     env.setdefault("TRAINMON_GLYPHS", "braille")
+    env[SERVER_PID_ENV] = str(os.getpid())  # the screen's watchdog ends it when this process is no longer its parent
     return env

@@ -29,11 +29,21 @@ def tty_alive(fds: Iterable[int] = (0, 2)) -> bool:
     return True
 
 
+SERVER_PID_ENV = "TRAINMON_SERVER_PID"  # set by `trainmon serve` for its screens (trainmon/serve/screens.py)
+
+
 class ServerWatch:
-    """Under the web driver: alive while the process that started this screen (the server) is still its parent."""
+    """Under the web driver: alive while the server that started this screen is still its parent.
+
+    The server names itself in the environment: a server killed before the screen looked would otherwise leave the
+    screen taking its new parent for the server.
+    """
 
     def __init__(self, parent: int | None = None) -> None:
-        self.parent = os.getppid() if parent is None else parent
+        if parent is None:
+            named = os.environ.get(SERVER_PID_ENV, "")
+            parent = int(named) if named.isdigit() else os.getppid()
+        self.parent = parent
 
     def alive(self) -> bool:
         return os.getppid() == self.parent
