@@ -9,6 +9,7 @@ import pytest
 
 from testsupport.procs import child_env, report_json, start_recorder, stop
 from trainmon.demo.scenarios import SCENARIOS, command
+from trainmon.record import load_recording
 
 
 def run_scenario(name: str, addr: str, tmp_path) -> dict:
@@ -25,6 +26,14 @@ def run_scenario(name: str, addr: str, tmp_path) -> dict:
     return report_json(rec)
 
 
+def mark_time(rec: str, name: str) -> float:
+    """When the run marked ``name`` (trainmon.agent.mark), in seconds from the recording's start: the report's clock."""
+    store, _ = load_recording(rec)
+    marks = [t for run in store.runs.values() for t, mark in run.marks if mark == name]
+    assert marks, f"no {name!r} mark in {rec}"
+    return marks[0] - (store.first_t or 0.0)
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_is_diagnosed(name, addr, tmp_path):
     scenario = SCENARIOS[name]
@@ -38,6 +47,13 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
         judged = [e["code"] for e in report["timeline"] if e["code"] != "insufficient_data"]
         positions = [judged.index(code) for code in scenario.timeline if code in judged]
         assert len(positions) == len(scenario.timeline) and positions == sorted(positions), detail
+        # The report's phases split where the job switched DataLoaders (the demo marks the moment).
+        switch = mark_time(str(tmp_path / f"{name}.tmrec"), "switch")
+        after = next(e for e in report["timeline"] if e["code"] == scenario.timeline[-1])
+        assert abs(after["t"] - switch) <= 3.0, f"switched at {switch:.1f} s | {detail}"
+    elif scenario.expected.startswith("input."):
+        # A steady input-bound run keeps one verdict for its whole life: no phase of another cause.
+        assert {e["code"] for e in report["timeline"]} - {"insufficient_data"} == {scenario.expected}, detail
     if name == "healthy":
         assert not [f for f in report["findings"] if f["severity"] != "ok"], report["findings"]
     if name == "straggler":
