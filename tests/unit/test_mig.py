@@ -164,6 +164,18 @@ def test_a_lost_gpu_takes_its_mig_devices_along_and_they_come_back():
     assert [d["lost"] for d in src.devices()] == [None] * 5
     assert isnan(out["gpu.2.util"]) and src.na_reasons["gpu.2.util"].startswith("n/a on MIG")
 
+    fake.devices[0].lost = True
+    src.sample(20.0)
+    fake.devices[0].lost = False
+    fake.devices[0].migs[2] = None  # the GPU came back with that MIG device destroyed
+    out = src.sample(20.0 + LOST_PROBE_INTERVAL_S + 0.1)
+    assert [d["lost"] for d in src.devices()][2:] == [
+        None,
+        None,
+        "MIG device gone: its GPU answers, this MIG index holds none",
+    ]
+    assert isnan(out["gpu.4.mem_used_mb"]) and out["gpu.3.mem_used_mb"] == 3 * 1024.0
+
 
 @pytest.mark.parametrize("seed", [3, 17])
 def test_never_raises_with_mig_under_random_faults(seed):

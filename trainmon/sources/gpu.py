@@ -277,6 +277,8 @@ class GpuSource:
             gpu = self._devices[d.mig.parent]
             fresh = self._open_mig(gpu, d.mig.slot, d.index, now) if gpu.lost is None else None
             if fresh is None:
+                if gpu.lost is None:  # its GPU answers, but holds no MIG device there any more (reconfigured)
+                    self._lose(d, "MIG device gone: its GPU answers, this MIG index holds none", now)
                 d.lost_probe_t = now
                 return d
         else:
