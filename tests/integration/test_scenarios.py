@@ -78,4 +78,13 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
     if name == "slow-storage":
         assert verdict["evidence"]["sub_cause"] == "disk"
     if name == "remote-storage":
-        assert verdict["evidence"]["sub_cause"] == "remote"
+        ev = verdict["evidence"]
+        assert ev["sub_cause"] == "remote" and ev["workers_net_wait"] >= 0.25, detail
+        assert ev["workers_rchar_mb_s"] < 0.5, detail  # recv() reads: invisible to rchar, seen in the wait channels
+        assert ev["cores_of"] == "run" and ev["cores_usable"] >= 1 and ev["cores_source"], detail
+    if name == "rate-limited":
+        ev = verdict["evidence"]
+        assert ev["sub_cause"] == "latency" and ev["workers_net_wait"] <= 0.05, detail
+        assert ev["workers_net_sockets"] >= 1, detail  # holds a connection, yet waits on its rate limiter
+        codes = {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
+        assert "input.io" not in codes, (report["findings"], report["timeline"])

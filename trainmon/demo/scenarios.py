@@ -59,8 +59,27 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "remote-storage",
             "input.io",
-            "samples come from a slow loopback object store: 3 ms latency and 256 KiB per sample",
+            "every sample is an HTTP GET (urllib.request) from a slow loopback object store: 3 ms, 256 KiB",
             ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *SECONDS),
+        ),
+        Scenario(
+            "rate-limited",
+            "input.too_few_workers",
+            "each worker takes 250 samples/s from a token bucket (a threading.Condition) and keeps the "
+            "connection it fetched its manifest over open: slow per sample, not remote",
+            (
+                "--workers",
+                "2",
+                "--rate-limit",
+                "250",
+                "--remote-latency-ms",
+                "3",
+                "--remote-kb",
+                "16",
+                "--manifest",
+                "--persistent",
+                *SECONDS,
+            ),
         ),
         Scenario(
             "checkpoint",

@@ -1,23 +1,26 @@
 """A small real PyTorch training with a known bottleneck; run as ``python -m trainmon.demo.train``.
 
 The dataset's per-sample cost decides what starves the loop: CPU work (decode/augment), uncached
-random reads from a real file (O_DIRECT), fetches from a slow loopback server (remote storage), or
-a plain sleep (latency). ``--self-report FILE`` writes the script's own measurement of steps and data
+random reads from a real file (O_DIRECT), HTTP GETs from a slow loopback object store (remote storage,
+through urllib.request as object-store clients do), a client-side rate limiter (latency), or a plain
+sleep (latency). ``--self-report FILE`` writes the script's own measurement of steps and data
 wait, which the tests compare against trainmon's. Runs on CPU, or on CUDA with ``--device cuda``.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import mmap
 import os
 import random
-import socket
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PAGE = 4096
 
@@ -29,31 +32,53 @@ def _spin(seconds: float) -> None:
         x += 1
 
 
-class SlowServer:
-    """A loopback "remote store": each request waits ``latency_ms`` then streams ``kb`` KiB."""
+class ObjectStore:
+    """A loopback HTTP object store (a thread per request): every GET waits ``latency_ms``, then returns ``kb`` KiB."""
 
     def __init__(self, latency_ms: float, kb: int) -> None:
-        self.latency = latency_ms / 1e3
-        self.payload = os.urandom(kb * 1024)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.address = self.sock.getsockname()
-        threading.Thread(target=self._accept, daemon=True).start()
+        latency, payload = latency_ms / 1e3, os.urandom(kb * 1024)
 
-    def _accept(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive for clients that ask for it (http.client), as S3 does
+
+            def do_GET(self) -> None:
+                time.sleep(latency)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+class TokenBucket:
+    """A client-side rate limiter: ``rate`` requests per second; a refill thread adds tokens and wakes waiters."""
+
+    def __init__(self, rate: float) -> None:
+        self.period = 1.0 / rate
+        self.tokens = 1
+        self.cond = threading.Condition()
+        threading.Thread(target=self._refill, daemon=True).start()
+
+    def _refill(self) -> None:
         while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            time.sleep(self.period)
+            with self.cond:
+                self.tokens = min(self.tokens + 1, 4)
+                self.cond.notify()
 
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            while conn.recv(16):
-                time.sleep(self.latency)
-                conn.sendall(self.payload)
+    def acquire(self) -> None:
+        with self.cond:
+            while self.tokens == 0:
+                self.cond.wait()
+            self.tokens -= 1
 
 
 class _Io:
@@ -63,7 +88,8 @@ class _Io:
         self.pid = -1
         self.fd = -1
         self.buf: mmap.mmap | None = None
-        self.conn: socket.socket | None = None
+        self.session: http.client.HTTPConnection | None = None  # kept alive after fetching the manifest
+        self.limiter: TokenBucket | None = None
 
 
 def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
@@ -86,9 +112,13 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
                 if args.io_file:
                     self.io.fd = os.open(args.io_file, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
                     self.io.buf = mmap.mmap(-1, args.io_kb * 1024)
-                if args.remote:
-                    host, port = args.remote.rsplit(":", 1)
-                    self.io.conn = socket.create_connection((host, int(port)))
+                if args.manifest and args.remote:
+                    # The sample list, fetched once per worker; the connection stays open in its pool.
+                    self.io.session = http.client.HTTPConnection(args.remote.removeprefix("http://"), timeout=30)
+                    self.io.session.request("GET", "/manifest")
+                    self.io.session.getresponse().read()
+                if args.rate_limit:
+                    self.io.limiter = TokenBucket(args.rate_limit)
             return self.io
 
         def __getitem__(self, index: int):
@@ -98,22 +128,19 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
                 time.sleep(args.sleep_ms / 1e3)
             if slow_rank and args.slow_sleep_ms:
                 time.sleep(args.slow_sleep_ms / 1e3)
-            if args.io_file or args.remote:
+            if args.io_file or args.remote or args.rate_limit:
                 io = self._handles()
                 pages = max(1, os.fstat(io.fd).st_size // PAGE - args.io_kb // 4) if io.fd >= 0 else 0
                 if io.buf is not None:  # opened with --io-file, which --io-reads makes
                     for _ in range(args.io_reads):
                         os.preadv(io.fd, [io.buf], random.randrange(pages) * PAGE)
-                if io.conn is not None:
-                    # read() on the socket, as a network filesystem (NFS, FUSE) client would do.
-                    want = args.remote_kb * 1024
-                    io.conn.sendall(b"get\n")
-                    got = 0
-                    while got < want:
-                        chunk = os.read(io.conn.fileno(), min(65536, want - got))
-                        if not chunk:
-                            raise ConnectionError("remote store closed the connection")
-                        got += len(chunk)
+                if io.limiter is not None:
+                    io.limiter.acquire()
+                if args.remote and not args.manifest:
+                    # One GET per sample with a read timeout, as object-store clients do (urllib3, botocore).
+                    with urllib.request.urlopen(f"{args.remote}/samples/{index}", timeout=30) as response:
+                        if len(response.read()) != args.remote_kb * 1024:
+                            raise ConnectionError("short read from the object store")
             g = torch.Generator().manual_seed(index)
             return torch.randn(args.features, generator=g), int(index % 10)
 
@@ -132,9 +159,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--io-kb", type=int, default=4, help="size of each read")
     p.add_argument("--io-mb", type=int, default=256, help="size of the data file the reads hit")
     p.add_argument("--io-file", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--remote-latency-ms", type=float, default=0.0, help="serve samples from a slow loopback store")
+    p.add_argument("--remote-latency-ms", type=float, default=0.0, help="GET each sample from a slow loopback store")
     p.add_argument("--remote-kb", type=int, default=256)
     p.add_argument("--remote", default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--manifest",
+        action="store_true",
+        help="with --remote-latency-ms: fetch only a manifest per worker, over a connection kept open",
+    )
+    p.add_argument("--rate-limit", type=float, default=0.0, help="samples per second per worker (a token bucket)")
     p.add_argument("--width", type=int, default=512, help="hidden width: sets compute per step")
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--persistent", action="store_true")
@@ -200,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         args.io_file = _make_data_file(args.io_mb)
         cleanup.append(args.io_file)
     if args.remote_latency_ms:
-        server = SlowServer(args.remote_latency_ms, args.remote_kb)
-        args.remote = f"{server.address[0]}:{server.address[1]}"
+        store = ObjectStore(args.remote_latency_ms, args.remote_kb)
+        args.remote = store.url
 
     def loader_for(workers: int, plain: bool = False, cpu_ms: float = 0.0) -> DataLoader:
         a = argparse.Namespace(**vars(args))
         if plain:
-            a.cpu_ms = a.sleep_ms = 0.0
+            a.cpu_ms = a.sleep_ms = a.rate_limit = 0.0
             a.cpu_ms = cpu_ms
             a.io_reads, a.io_file, a.remote = 0, None, None
         size = min(args.steps * args.batch_size + args.batch_size, 50_000)  # epochs repeat in --seconds mode

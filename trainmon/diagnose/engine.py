@@ -77,7 +77,7 @@ def evaluate(
             jobs[run.job_key].append(w)
             # Host and process figures over the span the steps cover, not after the run stopped.
             span_end = t if is_nan(w.last_end) else min(t, w.last_end)
-            run_host = host_window(store, w.t0, span_end)
+            run_host = host_window(store, w.t0, span_end, run)  # the run's usable cores, shared with its host's runs
             ev = gather(store, run, w.t0, span_end, th.throttle_power_cap_clock)
             inp = rules.input_bound(w, run_host, ev, th)
             input_by_run[id(w)] = inp

@@ -24,6 +24,9 @@ class ProcEvidence:
     read_mb_s: float = NAN  # from the block layer
     rchar_mb_s: float = NAN  # everything read(): page cache, sockets, pipes, FUSE/NFS
     runq_ms_s: float = NAN  # time runnable but waiting for a core, per second
+    net_wait: float = NAN  # share of looks at a worker that found it waiting on the network (recv, NFS, FUSE)
+    wait_unresolved: float = NAN  # share of looks at a worker blocked where the kernel did not say on what
+    net_sockets: float = NAN  # network (not unix) sockets open in a worker, inherited ones included
 
     @property
     def known(self) -> bool:
@@ -81,6 +84,9 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
         m("read_mb_s"),
         m("rchar_mb_s"),
         m("runq_wait_ms_s"),
+        net_wait=m("net_wait"),
+        wait_unresolved=m("wait_unresolved"),
+        net_sockets=m("net_sockets"),
     )
 
 

@@ -24,7 +24,8 @@ class Thresholds:
     io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
     disk_busy_pct: float = 80.0
     disk_read_mb_s: float = 2.0  # workers' block-layer reads that, with idle CPU, mean disk-bound
-    iowait_pct: float = 30.0
+    iowait_pct: float = 30.0  # host iowait, as CPUs, of at least this % of one CPU per worker (D-state unknown)
+    net_wait_share: float = 0.25  # workers seen waiting on the network (sockets, network filesystems) this share
     remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O
     checkpoint_share: float = 0.10
     checkpoint_critical_share: float = 0.30

@@ -25,6 +25,7 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
         "host_cpu_busy_pct": rounded(host.cpu_busy, 1),
         "host_iowait_pct": rounded(host.cpu_iowait, 1),
         "cores": host.cores,
+        **host.cores_evidence(),
         "workers_cpu_pct_mean": rounded(ev.workers_mean("cpu_pct"), 1),
         "workers_state_D": rounded(ev.workers_mean("state_d"), 3),
         "workers_runq_ms_s": rounded(ev.workers_mean("runq_ms_s"), 1),
@@ -61,10 +62,44 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
 def _io_finding(
     w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any], pct: str
 ) -> Finding | None:
+    """Workers that wait on reads rather than compute: on the network (sockets of any client, network
+    filesystems: seen where the kernel puts each blocked worker to sleep), on the local disk (D state, block
+    reads, disk busy, iowait as cores against the run's workers), or through read() on a remote mount (rchar)."""
     d_state = ev.workers_mean("state_d")
     read = ev.workers_sum("read_mb_s")
     rchar = ev.workers_sum("rchar_mb_s")
     cpu = ev.workers_mean("cpu_pct")
+    net = ev.workers_mean("net_wait")
+    socks = ev.workers_sum("net_sockets")
+    idle_workers = is_nan(cpu) or cpu < th.worker_busy_pct
+    n_workers = len(ev.known_workers) or w.loader.get("num_workers") or 1
+    # iowait is host-wide: as CPUs, it must cover the run's workers blocked iowait_pct of the time, and what the
+    # main process's own disk waits (a checkpoint's fsync) explain is not the workers'.
+    main_d = ev.main.state_d if not is_nan(ev.main.state_d) else 0.0
+    iowait_needed = th.iowait_pct / 100 * n_workers
+    evidence |= {
+        "workers_net_wait": rounded(net, 3),
+        "workers_wait_unresolved": rounded(ev.workers_mean("wait_unresolved"), 3),
+        "workers_net_sockets": rounded(socks, 1),
+        "host_iowait_cores": rounded(host.iowait_cores, 2),
+        "iowait_cores_for_workers": round(iowait_needed, 2),
+    }
+    if not is_nan(net) and net >= th.net_wait_share and idle_workers and (is_nan(d_state) or net >= d_state):
+        evidence["sub_cause"] = "remote"
+        busy = f" and compute {cpu:.0f}% of a core" if not is_nan(cpu) else ""
+        return Finding(
+            "input.io",
+            severity,
+            f"{pct}; the workers wait on the network {net:.0%} of the time (sockets or a network filesystem)"
+            f"{busy}: remote reads are the bottleneck",
+            [
+                "stage the dataset on local disk before training, or cache it after the first epoch",
+                "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
+                "whole batch), more workers, a higher prefetch_factor",
+                "read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency",
+            ],
+            evidence,
+        )
     # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
     block_reads = (
         not is_nan(read)
@@ -73,11 +108,13 @@ def _io_finding(
         and not is_nan(cpu)
         and cpu < th.worker_busy_pct
     )
+    # With the workers' own D-state measured, it decides; host iowait stands in only where it is not.
+    iowait_bound = is_nan(d_state) and not is_nan(host.cpu_iowait) and host.iowait_cores - main_d >= iowait_needed
     disk_bound = (
         block_reads
         or (not is_nan(d_state) and d_state >= th.io_d_state)
         or (not is_nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not is_nan(read) and read > 0.5)
-        or (not is_nan(host.cpu_iowait) and host.cpu_iowait >= th.iowait_pct)
+        or iowait_bound
     )
     if disk_bound:
         disk = (
@@ -85,7 +122,11 @@ def _io_finding(
             if ev.disk_busiest and not is_nan(ev.disk_util_max)
             else "disk busy"
         )
-        blocked = f"workers blocked on disk (D) {d_state:.0%} of the time" if not is_nan(d_state) else "high iowait"
+        blocked = (
+            f"workers blocked on disk (D) {d_state:.0%} of the time"
+            if not is_nan(d_state)
+            else f"iowait holds {host.iowait_cores:.1f} CPUs for {n_workers} worker(s)"
+        )
         evidence["sub_cause"] = "disk"
         return Finding(
             "input.io",
@@ -103,7 +144,7 @@ def _io_finding(
         not is_nan(rchar)
         and rchar >= th.remote_rchar_mb_s
         and (is_nan(read) or read < 0.25 * rchar)
-        and (is_nan(cpu) or cpu < th.worker_busy_pct)
+        and idle_workers
     )
     if remote:
         evidence["sub_cause"] = "remote"
@@ -144,7 +185,7 @@ def _cpu_finding(
     )
     if is_nan(cpu):  # no per-process figures: judge by the host alone
         cpu_bound = True
-    idle_cores = host.cores * (1 - host.cpu_busy / 100) if not is_nan(host.cpu_busy) else math.nan
+    idle_cores = host.idle_cores  # this run's share of the idle usable cores
     if cpu_bound and saturated:
         evidence["sub_cause"] = "cpu"
         starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
