@@ -433,6 +433,7 @@ async def _screenshot(url: str, out: str, width: int, height: int, seconds: floa
     async with Browser.launch(width, height) as browser:
         tab = await browser.new_tab(url)
         await tab.wait_js("document.body && document.body.classList.contains('-first-byte')")
+        await tab.click("#terminal")  # focused, as after a click: the footer shows the keys
         await asyncio.sleep(seconds)
         if keys:
             await tab.press(*keys)
