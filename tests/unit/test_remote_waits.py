@@ -133,9 +133,7 @@ def test_arm64_numbers(proc: Path) -> None:
         ("0", True, UNKNOWN),  # hidden by the kernel
     ],
 )
-def test_by_wait_channel_where_the_system_call_is_not_known(
-    proc: Path, wchan: str, holds: bool, expected: int
-) -> None:
+def test_by_wait_channel_where_the_system_call_is_not_known(proc: Path, wchan: str, holds: bool, expected: int) -> None:
     assert classify(proc, call(45, 4, 0, 0), arch="unknown", wchan=wchan, holds=holds) == expected
 
 

@@ -141,10 +141,7 @@ def _io_finding(
             evidence,
         )
     remote = (
-        not is_nan(rchar)
-        and rchar >= th.remote_rchar_mb_s
-        and (is_nan(read) or read < 0.25 * rchar)
-        and idle_workers
+        not is_nan(rchar) and rchar >= th.remote_rchar_mb_s and (is_nan(read) or read < 0.25 * rchar) and idle_workers
     )
     if remote:
         evidence["sub_cause"] = "remote"
