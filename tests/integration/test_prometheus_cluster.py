@@ -1,10 +1,12 @@
 """Two nodes, one job, end to end: a real Prometheus server scrapes two ``trainmon record --prometheus``
 monitors standing for two nodes; the two ranks of a gloo DDP job (each with the environment torchrun gives it)
 report to different monitors, rank 1 loading its data slower; the contrib rules' straggler alert fires and names
-that rank and its node, read back through Prometheus's HTTP API."""
+that rank and its node, read back through Prometheus's HTTP API. Then ``trainmon cluster`` reads the same
+Prometheus: the table printed once, and the screen under Pilot (rows, headline, a rank's evidence)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 from collections.abc import Iterator
@@ -13,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.procs import force_stop_all, free_port, start_python, start_recorder, wait_for
+from testsupport.procs import child_env, force_stop_all, free_port, start_python, start_recorder, trainmon_cmd, wait_for
 from testsupport.prometheus_server import api, firing, prometheus_binary, start_prometheus
+from testsupport.tui import COLOR, until
 from trainmon.diagnose.findings import CODES, SEVERITIES
+from trainmon.tui.cluster import ClusterApp, ClusterEvidence, ClusterTable
 
 pytestmark = pytest.mark.slow
 NODES = ("node-a", "node-b")
@@ -99,3 +103,56 @@ def test_the_straggler_alert_names_the_slow_rank_and_its_node(tmp_path):
         by_rank = {r["metric"]["rank"]: (r["metric"]["node"], float(r["value"][1])) for r in waits}
         assert by_rank["0"][0] == "node-a" and by_rank["1"][0] == "node-b"
         assert by_rank["1"][1] > by_rank["0"][1] + 0.2
+
+        _cluster_once(cluster)
+        asyncio.run(_cluster_screen(cluster))
+
+
+def _cluster_once(cluster: Cluster) -> None:
+    res = subprocess.run(
+        trainmon_cmd("cluster", "--prometheus", cluster.url, "--once"),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"trainmon cluster — {cluster.url}: 1 job(s), 2 node(s)", lines
+    job = next(ln for ln in lines if ln.startswith("JOB"))
+    assert f"job {cluster.job_id}" in job and "dist.straggler" in job
+    nodes = [ln.split()[1] for ln in lines if ln.startswith("NODE")]
+    ranks = [ln.split()[1:3] for ln in lines if ln.startswith("RANK")]
+    assert nodes == ["node-a", "node-b"] and ranks == [["rank", "0"], ["rank", "1"]]
+    assert f"job {cluster.job_id}: dist.straggler [warning] rank 1 on node-b waits on data" in res.stdout
+
+
+async def _cluster_screen(cluster: Cluster) -> None:
+    app = ClusterApp(cluster.url, interval=0.5, glyphs=COLOR)
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = app.query_one(ClusterTable)
+        assert await until(pilot, lambda: app.updates >= 2 and len(table.shown) == 5, 20), app.error
+        kinds = [(r.kind, r.cells[1].strip()) for r in table.shown]
+        assert kinds == [
+            ("job", f"job {cluster.job_id}"),
+            ("node", "node-a"),
+            ("rank", f"rank 0 pid {cluster.ranks[0].pid}"),
+            ("node", "node-b"),
+            ("rank", f"rank 1 pid {cluster.ranks[1].pid}"),
+        ]
+        job, _, rank0, node_b, rank1 = table.shown
+        assert job.cells[2] == "dist.straggler" and job.severity == "warning"
+        assert rank1.cells[2] in CODES and node_b.cells[2] in CODES
+        assert float(rank1.cells[4].rstrip("%")) > float(rank0.cells[4].rstrip("%")) + 20  # data wait, shown
+        banner = str(app.query_one("#banner").render())
+        assert "dist.straggler" in banner and "rank 1 on node-b" in banner
+        await pilot.press("down", "down", "down", "down")
+        assert table.selected_key() == rank1.key
+        await pilot.press("enter")
+        assert await until(pilot, lambda: isinstance(app.screen, ClusterEvidence), 5)
+        shown = "\n".join(app.screen.lines)
+        assert shown.startswith(f"rank 1 (pid {cluster.ranks[1].pid}") and "on node-b" in shown
+        assert "the job's straggler: rank 1 on node-b" in shown
+        assert "TrainmonRankDataWaitDiverges (firing): rank 1 of job" in shown
+        await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, ClusterEvidence), 5)

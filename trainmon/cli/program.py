@@ -9,6 +9,7 @@ import sys
 
 from trainmon import __version__
 from trainmon.cli.command import Command
+from trainmon.cli.commands.cluster import Cluster
 from trainmon.cli.commands.demo import Demo
 from trainmon.cli.commands.diff import Diff
 from trainmon.cli.commands.doctor import Doctor
@@ -22,7 +23,8 @@ from trainmon.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from trainmon.cli.options import Subcommands, monitor_options
 
 DEFAULT_COMMAND: Command = Live()  # ``trainmon`` with no command name
-COMMANDS: tuple[Command, ...] = (Demo(), Run(), Record(), Doctor(), Report(), Diff(), Serve(), Replay())  # --help order
+# --help order
+COMMANDS: tuple[Command, ...] = (Demo(), Run(), Record(), Doctor(), Report(), Diff(), Cluster(), Serve(), Replay())
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 

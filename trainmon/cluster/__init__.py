@@ -1,0 +1,1 @@
+"""Every node and rank of every job, read back from Prometheus (headless: never imports Textual)."""
