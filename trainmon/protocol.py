@@ -269,6 +269,7 @@ _LOADER_FIELDS: dict[str, type] = {
     "dataset_len": int,
     "sampler": str,
     "multiprocessing_context": str,
+    "start_method": str,  # how its workers start: the loader's context, else the process default
     "attached_late": bool,
 }
 
@@ -389,6 +390,8 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         pids = workers.get("pids")
         pids = [p for p in pids[:MAX_LIST] if _is_int(p) and 0 < p < 1 << 31] if isinstance(pids, list) else []
         clean["workers"] = {"loader": lid, "pids": pids}
+        if _is_int(t_ns := workers.get("t_ns")) and 0 <= t_ns < 1 << 63:
+            clean["workers"]["t_ns"] = t_ns  # when their iterator began (CLOCK_MONOTONIC ns)
         proc_pids = workers.get("proc_pids")
         if monitor and isinstance(proc_pids, list) and len(proc_pids) == len(pids):
             clean["workers"]["proc_pids"] = [p if _is_int(p) and 0 <= p < 1 << 31 else 0 for p in proc_pids]

@@ -38,14 +38,20 @@ class Registry:
         self.emit({"loader": dict(config, id=lid)})
         return lid
 
-    def iter_started(self, lid: int, it: Any) -> None:
+    def iter_started(self, lid: int, it: Any, t0: int | None = None) -> None:
+        """A new iterator of loader ``lid``, made from ``t0`` (before its workers started) until now.
+
+        Each new set of workers is reported with ``t_ns``, the time its iterator began, so the monitor
+        knows which processes served which loader when (non-persistent workers change every epoch)."""
+        t1 = _hot._pc()
+        t0 = t1 if t0 is None else t0
         it._trainmon_tag = K_WAIT | lid << 8
         workers = getattr(it, "_workers", None) or []
         pids = [w.pid for w in workers if getattr(w, "pid", None)]
-        _hot.span(K_ITER_START, lid, _hot._pc(), _hot._pc(), len(pids))
+        _hot.span(K_ITER_START, lid, t0, t1, len(pids))
         if pids and pids != self.worker_pids.get(lid):
             self.worker_pids[lid] = pids
-            self.emit({"workers": {"loader": lid, "pids": pids}})
+            self.emit({"workers": {"loader": lid, "pids": pids, "t_ns": t0}})
 
 
 def loader_config(loader: Any) -> dict[str, Any]:
@@ -72,7 +78,22 @@ def loader_config(loader: Any) -> dict[str, Any]:
         "dataset_len": dataset_len,
         "sampler": type(attr("sampler")).__name__,
         "multiprocessing_context": getattr(ctx, "_name", None) or (str(ctx) if ctx else None),
+        "start_method": start_method(ctx) if attr("num_workers", 0) else None,
     }
+
+
+def start_method(ctx: Any) -> str | None:
+    """How the loader's workers start: its own context's method, else the process default, read without
+    fixing it (``multiprocessing.get_start_method()`` would, and a later ``set_start_method`` would fail)."""
+    name = getattr(ctx, "_name", None) or (ctx if isinstance(ctx, str) else None)
+    if name:
+        return str(name)
+    try:
+        import multiprocessing
+
+        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    except Exception:
+        return None
 
 
 def iterator_config(it: Any) -> dict[str, Any]:
@@ -200,6 +221,7 @@ class TorchHooks:
                 except Exception:
                     lid = 0
             # Spawned/forkserver workers inherit this, so an unguarded attach() in them stays inert.
+            t0 = _hot._pc()  # before the workers start: their start-up is part of a restart's cost
             previous = os.environ.get(WORKER_ENV)
             os.environ[WORKER_ENV] = "1"
             try:
@@ -210,7 +232,7 @@ class TorchHooks:
                 else:
                     os.environ[WORKER_ENV] = previous
             try:
-                registry.iter_started(lid, it)
+                registry.iter_started(lid, it, t0)
             except Exception:
                 pass
             return it

@@ -70,6 +70,8 @@ def evaluate(
                 continue  # ended before this window, or never stepped in it
             if stalls and (f := rules.checkpoint_stall(w, th)) is not None:
                 findings.append(f)
+            if (f := rules.epoch_restart(w, th, t, since)) is not None:
+                findings.append(f)  # judged before steady steps are counted: restarts may leave few of them
             if (f := rules.insufficient(w, th)) is not None:
                 findings.append(f)
                 continue
@@ -78,7 +80,7 @@ def evaluate(
             # Host and process figures over the span the steps cover, not after the run stopped.
             span_end = t if is_nan(w.last_end) else min(t, w.last_end)
             run_host = host_window(store, w.t0, span_end, run)  # the run's usable cores, shared with its host's runs
-            ev = gather(store, run, w.t0, span_end, th.throttle_power_cap_clock)
+            ev = gather(store, run, w.t0, span_end, th.throttle_power_cap_clock, w.loader_id)
             inp = rules.input_bound(w, run_host, ev, th)
             input_by_run[id(w)] = inp
             for f in (

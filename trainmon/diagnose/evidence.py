@@ -24,6 +24,7 @@ class ProcEvidence:
     read_mb_s: float = NAN  # from the block layer
     rchar_mb_s: float = NAN  # everything read(): page cache, sockets, pipes, FUSE/NFS
     runq_ms_s: float = NAN  # time runnable but waiting for a core, per second
+    samples: int = 0  # CPU samples in its span: how long it ran there (a worker of one epoch ran part of the window)
     net_wait: float = NAN  # share of looks at a worker that found it waiting on the network (recv, NFS, FUSE)
     wait_unresolved: float = NAN  # share of looks at a worker blocked where the kernel did not say on what
     net_sockets: float = NAN  # network (not unix) sockets open in a worker, inherited ones included
@@ -36,7 +37,11 @@ class ProcEvidence:
 @dataclass
 class Evidence:
     main: ProcEvidence
+    # The workers of the loader judged (the one feeding the steps), each over the span it served it.
     workers: list[ProcEvidence] = field(default_factory=list)
+    loader_id: int | None = None  # that loader (None: not known, then every loader's workers)
+    other_loader_workers: int = 0  # workers of other loaders (validation, ...) left out
+    window_samples: int = 0  # host CPU samples in the window: a worker present throughout has as many
     disk_util_max: float = NAN
     disk_await_max: float = NAN
     disk_busiest: str | None = None
@@ -58,16 +63,29 @@ class Evidence:
         return [w for w in self.workers if w.known]
 
     def workers_mean(self, attr: str) -> float:
-        return mean(getattr(w, attr) for w in self.known_workers)
+        """The workers' figure over their lifetimes: each weighs by how long it ran in the window, so a worker
+        of the last seconds counts for those seconds, and none counts for a time it was not running."""
+        pairs = [(float(getattr(w, attr)), w.samples) for w in self.known_workers if not is_nan(getattr(w, attr))]
+        weight = sum(n for _, n in pairs)
+        if not weight:
+            return mean(v for v, _ in pairs)
+        return sum(v * n for v, n in pairs) / weight
 
     def workers_sum(self, attr: str) -> float:
-        vals = [getattr(w, attr) for w in self.known_workers if getattr(w, attr) == getattr(w, attr)]
+        """The workers' rates added up over the window (a worker present for half of it adds half its rate)."""
+        vals = [
+            getattr(w, attr) * (min(1.0, w.samples / self.window_samples) if self.window_samples else 1.0)
+            for w in self.known_workers
+            if not is_nan(getattr(w, attr))
+        ]
         return sum(vals) if vals else NAN
 
 
 def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
     def m(field: str) -> float:
         return mean(store.values_between(PROC.key(pid, field), t0, t1))
+
+    cpu = known(store.values_between(PROC.key(pid, "cpu_pct"), t0, t1))
 
     def state(letter: str) -> float:
         # The main thread is the one that works (a worker's or the training loop's); helper threads
@@ -77,17 +95,38 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
 
     return ProcEvidence(
         pid,
-        m("cpu_pct"),
+        sum(cpu) / len(cpu) if cpu else NAN,
         state("R"),
         state("S"),
         state("D"),
         m("read_mb_s"),
         m("rchar_mb_s"),
         m("runq_wait_ms_s"),
+        len(cpu),
         net_wait=m("net_wait"),
         wait_unresolved=m("wait_unresolved"),
         net_sockets=m("net_sockets"),
     )
+
+
+def loader_workers(store: Store, run: Run, t0: float, t1: float, loader_id: int | None) -> Evidence:
+    """The workers of loader ``loader_id`` (default: the run's train loader) that ran within [t0, t1], each
+    over the span its iterator served it; every loader's current workers when no loader is known."""
+    ev = Evidence(ProcEvidence(0))
+    info = run.loaders.get(loader_id) if loader_id else run.train_loader()
+    if info is None:
+        ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
+        return ev
+    ev.loader_id = info.id
+    # A sample covers the interval before it: one taken as a set of workers began belongs to the set before.
+    ev.workers = [
+        proc_evidence(store, pid, math.nextafter(a, math.inf) if a > t0 else a, b)
+        for pid, a, b in info.workers_between(t0, t1)
+    ]
+    ev.other_loader_workers = sum(
+        len(other.workers_between(t0, t1)) for lid, other in run.loaders.items() if lid != info.id
+    )
+    return ev
 
 
 def run_gpus(store: Store, run: Run, gpus: list[int]) -> list[int]:
@@ -152,10 +191,16 @@ def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_cl
     return out
 
 
-def gather(store: Store, run: Run, t0: float, t1: float, power_cap_clock: float = 0.85) -> Evidence:
+def gather(
+    store: Store, run: Run, t0: float, t1: float, power_cap_clock: float = 0.85, loader_id: int | None = None
+) -> Evidence:
+    """Everything the rules read about ``run`` over [t0, t1]; its workers are those of ``loader_id`` (default:
+    the train loader), never other loaders' (see ``loader_workers``)."""
+    ev = loader_workers(store, run, t0, t1, loader_id)
     # A run in a pid namespace the monitor could not map has no process figures (its pid here is another's).
-    ev = Evidence(proc_evidence(store, run.proc_pid, t0, t1) if run.proc_pid is not None else ProcEvidence(0))
-    ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
+    if run.proc_pid is not None:
+        ev.main = proc_evidence(store, run.proc_pid, t0, t1)
+    ev.window_samples = len(known(store.values_between("cpu.busy", t0, t1)))
     index = store.index()
     for disk in index.ids(DISK, "util_pct"):
         util = mean(store.values_between(DISK.key(disk, "util_pct"), t0, t1))

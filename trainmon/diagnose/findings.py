@@ -16,6 +16,7 @@ CODES: dict[str, str] = {
     "input.io": "DataLoader workers mostly wait on reads rather than compute",
     "input.workers_cpu": "workers are CPU-bound and the host CPU is saturated",
     "input.too_few_workers": "workers are busy all the time while the host has idle cores",
+    "input.epoch_restart": "worker start-up and first batches at every epoch (no persistent_workers) cost wall time",
     "input.host_to_device": "host→device copies are exposed",
     "dist.comm": "time in collectives is a material share of the step and no single rank explains it",
     "host.overhead": "the main thread is busy outside data waits while the accelerator idles",

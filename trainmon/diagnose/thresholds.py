@@ -20,6 +20,7 @@ class Thresholds:
     exposed_min_share: float = 0.5  # on CUDA: the wait counts only if ≥ half of it left the GPU idle
     cpu_saturated_pct: float = 90.0  # SageMaker cpu_threshold
     worker_busy_pct: float = 70.0  # a worker using this much of a core is CPU-bound
+    latency_workers_per_core: float = 4.0  # advised workers that mostly wait: at most this many per usable core
     runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved
     io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
     disk_busy_pct: float = 80.0
@@ -27,6 +28,8 @@ class Thresholds:
     iowait_pct: float = 30.0  # host iowait, as CPUs, of at least this % of one CPU per worker (D-state unknown)
     net_wait_share: float = 0.25  # workers seen waiting on the network (sockets, network filesystems) this share
     remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O
+    epoch_restart_share: float = 0.05  # worker restarts at new iterators cost this share of wall time
+    epoch_restart_critical_share: float = 0.20
     checkpoint_share: float = 0.10
     checkpoint_critical_share: float = 0.30
     long_step_factor: float = 2.5  # a step this many times the median is a long step

@@ -7,7 +7,7 @@ from typing import Any
 
 from trainmon.diagnose.window import quantile
 from trainmon.numbers import rounded
-from trainmon.report.schema import LoaderConfig, RunSummary
+from trainmon.report.schema import EpochRestarts, LoaderConfig, RunSummary
 from trainmon.store.run import Run
 
 
@@ -34,6 +34,19 @@ def exposed_wait_fraction(exposed: float, exposed_wait: float, wait: float, tota
     if exposed_wait <= 0 or total <= 0:
         return math.nan
     return min(1.0, exposed / exposed_wait) * wait / total
+
+
+def epoch_restarts(run: Run) -> EpochRestarts:
+    """Worker restarts at new iterators over the whole run (see ``store.restarts``): how many, what they cost
+    and which share of the run's loading wall time (from its first iterator with workers to its last event)."""
+    restarts = run.restarts
+    count, cost = restarts.until(math.inf)
+    wall = run.last_seen - restarts.first_t
+    return {
+        "epoch_restarts": count,
+        "epoch_restart_s": rounded(cost, 3),
+        "epoch_restart_fraction": rounded(cost / wall if count and wall > 0 else math.nan, 4),
+    }
 
 
 def run_summary(run: Run) -> RunSummary:
@@ -77,6 +90,7 @@ def run_summary(run: Run) -> RunSummary:
         "agent_worker_pids": run.agent_worker_pids(),
         "checkpoints": len(run.checkpoints),
         "checkpoint_s": rounded(sum(c1 - c0 for c0, c1 in run.checkpoints), 3),
+        **epoch_restarts(run),
         "device": run.device or (f"cuda:{run.cuda_device['index']}" if run.cuda_device else None),
         "ended": run.ended,
         "dropped_records": run.dropped_records,

@@ -55,7 +55,15 @@ class ProcessFigures(TypedDict):
     workers_cpu_pct_mean: float | None
 
 
-class RunSummary(TypedDict):
+class EpochRestarts(TypedDict):
+    """DataLoader workers started again by new iterators (no ``persistent_workers``), over the whole run."""
+
+    epoch_restarts: int
+    epoch_restart_s: float | None  # their cost: start-up and first batch beyond a normal wait
+    epoch_restart_fraction: float | None  # that cost / the run's wall time from its first iterator with workers
+
+
+class RunSummary(EpochRestarts):
     """One run's figures over its steady state (warm-up steps excluded)."""
 
     pid: int  # in the monitor's pid namespace where known (own, mapped); else (unmapped) the agent's own

@@ -14,6 +14,7 @@ the others' state. The step table itself is in ``trainmon.store.steps``.
 
 from __future__ import annotations
 
+import math
 import operator
 import sys
 from array import array
@@ -37,12 +38,14 @@ from trainmon.protocol import (
     K_WAIT,
 )
 from trainmon.store.gcspans import GcSpans
+from trainmon.store.restarts import Restarts
 from trainmon.store.stacks import clean_stacks
 from trainmon.store.steps import Steps
 
 NS = 1e-9
 WARMUP_STEPS = 5  # first steps of a run: compilation, cuDNN autotune, worker start
 MAX_LOADERS = 256  # per run; events of further loader ids count as loader 0 ("unknown")
+MAX_GENERATIONS = 64  # per loader: the sets of workers kept with when they began (see LoaderInfo.workers_between)
 MAX_NAMES = 4096
 RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
 CKPT_MERGE_GAP_S = 0.005
@@ -62,6 +65,21 @@ class LoaderInfo:
     batches: int = 0
     wait_s: float = 0.0
     iterators: int = 0
+    # Each set of workers in the monitor's namespace with when its iterator began (-inf: not told): what the
+    # loader's workers were at any time, since non-persistent workers are new processes every epoch.
+    generations: list[tuple[float, list[int]]] = field(default_factory=list)
+
+    def workers_between(self, t0: float, t1: float) -> list[tuple[int, float, float]]:
+        """(pid, from, to) of every worker that served this loader within [t0, t1], clipped to the span its
+        set served: from its iterator's start to the next one's."""
+        out: list[tuple[int, float, float]] = []
+        gens = self.generations
+        for k, (start, pids) in enumerate(gens):
+            end = gens[k + 1][0] if k + 1 < len(gens) else math.inf
+            a, b = max(t0, start), min(t1, end)
+            if a <= b and end > start:
+                out.extend((pid, a, b) for pid in pids if pid)
+        return out
 
 
 class Run:
@@ -83,6 +101,7 @@ class Run:
         self.marks: list[tuple[float, str]] = []
         self.phases: list[tuple[float, float, str]] = []
         self.iter_starts: list[tuple[float, int]] = []  # (t, loader id)
+        self.restarts = Restarts(cap)  # workers started again by a new iterator, and what each cost
         self.eval_wait_s = 0.0
         self.comm_by_op: dict[str, float] = {}  # seconds blocked in each kind of collective (protocol.COMM_OPS)
         self.records = 0
@@ -235,6 +254,7 @@ class Run:
                     loader.proc_pids = [p if isinstance(p, int) else 0 for p in proc][:1024]
                 else:
                     loader.proc_pids = None
+                self._add_generation(loader, workers.get("t_ns"))
         if isinstance(name := info.get("name"), dict):
             ident = _as_int(name.get("id"))
             if ident is not None and (ident in self.names or len(self.names) < MAX_NAMES):
@@ -263,6 +283,17 @@ class Run:
         j = bisect_right(self.steps.end, t)
         known = ([self.beats[k - 1]] if k else []) + ([self.steps.end[j - 1]] if j else [])
         return max(known) if known else None
+
+    def _add_generation(self, loader: LoaderInfo, t_ns: Any) -> None:
+        here = loader.proc_pids if loader.proc_pids is not None else loader.worker_pids
+        here = here if loader.proc_pids is not None or self.pid_namespace == "own" else []
+        start = t_ns * NS if isinstance(t_ns, int) and not isinstance(t_ns, bool) else -math.inf
+        gens = loader.generations
+        if gens and gens[-1] == (start, here):
+            return  # the same message again (re-sent to a new connection)
+        gens.append((start, list(here)))
+        gens.sort(key=operator.itemgetter(0))
+        del gens[:-MAX_GENERATIONS]
 
     def _bounded(self, lid: int) -> int:
         return lid if lid in self.loaders or len(self.loaders) < MAX_LOADERS else 0
@@ -367,6 +398,7 @@ class Run:
             or self._pending_wait
             or self.steps.total < self._warm_until
             or not self._seen_any_wait
+            or self.restarts.waiting(lid)
         ):
             return 0
         n = len(tags)
@@ -417,9 +449,9 @@ class Run:
             elif kind == K_STEP:
                 self._on_boundary(t0, explicit=True)
             elif kind == K_ITER_END:
-                self._on_iter_end(tag >> 8, t0)
+                self._on_iter_end(tag >> 8, t0, t1)
             elif kind == K_ITER_START:
-                self._on_iter_start(tag >> 8, t0, vals[i])
+                self._on_iter_start(tag >> 8, t0, vals[i], t1)
             elif kind == K_CKPT:
                 self._add_checkpoint(t0, t1)
             elif kind == K_MARK:
@@ -439,6 +471,8 @@ class Run:
     def _on_wait(self, lid: int, t0: float, t1: float) -> None:
         lid = self._bounded(lid)
         info = self._loader(lid)
+        if self.restarts.pending:
+            self.restarts.first_wait(lid, t0, t1, info.batches, info.wait_s)
         info.batches += 1
         info.wait_s += t1 - t0
         self._seen_any_wait = True
@@ -499,20 +533,24 @@ class Run:
         self._close(start, t)
         self._cur_start = t
 
-    def _on_iter_end(self, lid: int, t: float) -> None:
+    def _on_iter_end(self, lid: int, t: float, t1: float) -> None:
+        self.restarts.iter_end(self._bounded(lid), t, t1)
         if lid == self._train and self.mode == "next" and self._cur_start is not None:
             self._close(self._cur_start, t)
             self._cur_start = None
 
-    def _on_iter_start(self, lid: int, t: float, workers: int) -> None:
+    def _on_iter_start(self, lid: int, t: float, workers: int, t1: float) -> None:
         lid = self._bounded(lid)
+        workers = max(0, min(workers, 1024))  # as many as a workers message may list
         info = self._loader(lid)
         info.iterators += 1
         self.iter_starts.append((t, lid))
         persistent = bool(info.config.get("persistent_workers"))
+        self.restarts.iter_start(lid, t, t1, workers, workers > 0 and not persistent and info.iterators > 1)
         if workers > 0 and not (persistent and info.iterators > 1):
-            # Workers (re)starting: the next steps wait on their start-up, not on steady-state loading.
-            self._warm_until = max(self._warm_until, self.steps.total + RESTART_WARMUP_STEPS)
+            # Workers (re)starting: the next steps wait on their start-up, not on steady-state loading; each
+            # worker's first batch does (they take batches in turn).
+            self._warm_until = max(self._warm_until, self.steps.total + max(RESTART_WARMUP_STEPS, workers))
         if self.mode == "next" and lid == self._train:
             self._cur_start = None  # a new epoch: the gap before it is not a step
 

@@ -5,6 +5,7 @@ The engine (trainmon.diagnose.engine) calls each one; docs/architecture.md says 
 
 from trainmon.diagnose.rules.common import base_evidence, insufficient
 from trainmon.diagnose.rules.dist import straggler
+from trainmon.diagnose.rules.epochs import epoch_restart
 from trainmon.diagnose.rules.gpu import (
     compute_bound,
     gpu_memory,
@@ -24,6 +25,7 @@ __all__ = [
     "base_evidence",
     "checkpoint_stall",
     "compute_bound",
+    "epoch_restart",
     "gpu_memory",
     "gpu_throttled",
     "hang",

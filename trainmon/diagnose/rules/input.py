@@ -26,6 +26,9 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
         "host_iowait_pct": rounded(host.cpu_iowait, 1),
         "cores": host.cores,
         **host.cores_evidence(),
+        "workers_loader": ev.loader_id,  # the figures below are this loader's workers' only
+        "workers_seen": len(ev.known_workers),
+        "other_loader_workers": ev.other_loader_workers,
         "workers_cpu_pct_mean": rounded(ev.workers_mean("cpu_pct"), 1),
         "workers_state_D": rounded(ev.workers_mean("state_d"), 3),
         "workers_runq_ms_s": rounded(ev.workers_mean("runq_ms_s"), 1),
@@ -42,20 +45,58 @@ def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) ->
     pct = f"{f:.0%} of each step waits on data{idle}"
     workers = w.loader.get("num_workers")
     if workers == 0:
-        suggested = max(2, min(8, host.cores - 1))
-        return Finding(
-            "input.main_process",
-            severity,
-            f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}; "
-            f"step p50 {w.step_p50_s * 1e3:.0f} ms",
-            [
-                f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute",
-                "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
-            ],
-            evidence,
-        )
+        return _main_process(w, host, ev, th, severity, evidence, idle)
     return _io_finding(w, host, ev, th, severity, evidence, pct) or _cpu_finding(
         w, host, ev, th, severity, evidence, pct, workers
+    )
+
+
+def worker_cap(cpu_bound: bool, cores: int, th: Thresholds) -> tuple[int, str]:
+    """The most DataLoader workers worth advising on ``cores`` usable cores, and which bound that is: one per
+    core for workers that compute ("usable_cores"); a stated multiple of the cores for workers that mostly wait
+    ("latency_per_core": past it, more processes add memory, start-up and context switches, not throughput)."""
+    cores = max(1, cores)
+    if cpu_bound:
+        return cores, "usable_cores"
+    return max(1, int(th.latency_workers_per_core * cores)), "latency_per_core"
+
+
+def _advise(evidence: dict[str, Any], wanted: int, cpu_bound: bool, cores: int, th: Thresholds) -> int:
+    """``wanted`` workers within the bound (at least 1); the evidence says which bound applied and why."""
+    cap, bound = worker_cap(cpu_bound, cores, th)
+    evidence["num_workers_cap"] = cap
+    evidence["num_workers_bound"] = bound
+    evidence["num_workers_bound_why"] = (
+        f"{cap} = one per usable core ({cores}), the workers compute"
+        if bound == "usable_cores"
+        else f"{cap} = {th.latency_workers_per_core:g} per usable core ({cores}), the workers mostly wait"
+    )
+    suggested = max(1, min(wanted, cap))
+    evidence["suggested_num_workers"] = suggested
+    return suggested
+
+
+def _main_process(
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any], idle: str
+) -> Finding:
+    """num_workers=0: loading f of the step in one process takes f / (1 − f) workers to hide behind compute;
+    loading that keeps the main thread busy is CPU work (bounded by the cores), one that leaves it idle waits."""
+    f = w.wait_fraction
+    main_cpu = ev.main.cpu_pct
+    cpu_bound = is_nan(main_cpu) or main_cpu >= th.worker_busy_pct
+    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
+    suggested = _advise(evidence, max(2, math.ceil(f / max(0.05, 1 - f))), cpu_bound, host.cores, th)
+    return Finding(
+        "input.main_process",
+        severity,
+        f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}; "
+        f"step p50 {w.step_p50_s * 1e3:.0f} ms",
+        [
+            f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute "
+            f"(at most {evidence['num_workers_bound_why']})",
+            "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
+        ],
+        evidence,
     )
 
 
@@ -171,6 +212,9 @@ def _cpu_finding(
     pct: str,
     workers: int | None,
 ) -> Finding:
+    """The train loader's own workers (each over the span it ran: see Evidence.workers_mean): CPU-bound on a
+    saturated host, CPU-bound with room, or mostly waiting (latency). An advised count never exceeds what the
+    host can run: the usable cores for CPU-bound workers, a stated multiple of them for waiting ones."""
     n = workers or 1
     cpu = ev.workers_mean("cpu_pct")
     runq = ev.workers_mean("runq_ms_s")
@@ -183,29 +227,45 @@ def _cpu_finding(
     if is_nan(cpu):  # no per-process figures: judge by the host alone
         cpu_bound = True
     idle_cores = host.idle_cores  # this run's share of the idle usable cores
-    if cpu_bound and saturated:
-        evidence["sub_cause"] = "cpu"
-        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
-        return Finding(
-            "input.workers_cpu",
-            severity,
-            f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and the host CPU is "
-            f"{host.cpu_busy:.0f}% busy on {host.cores} cores: preprocessing is CPU-bound"
-            if not is_nan(cpu)
-            else f"{pct} and the host CPU is {host.cpu_busy:.0f}% busy: preprocessing is CPU-bound",
-            [
-                "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
-                "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
-                "more workers will not help: the cores are already full",
-            ],
-            evidence,
-        )
+    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
     needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
     if cpu_bound and not is_nan(idle_cores):
         needed = min(needed, n + max(1, int(idle_cores + 0.5)))
-    needed = max(needed, n + 1)
-    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
-    evidence["suggested_num_workers"] = needed
+    suggested = _advise(evidence, max(needed, n + 1), cpu_bound, host.cores, th)
+    full = cpu_bound and suggested <= n  # as many CPU-bound workers as usable cores already
+    if cpu_bound and (saturated or full):
+        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
+        if full and not saturated:
+            why = f"{n} workers already match the {host.cores} usable cores"
+        else:
+            why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
+        return Finding(
+            "input.workers_cpu",
+            severity,
+            f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
+            if not is_nan(cpu)
+            else f"{pct} and {why}: preprocessing is CPU-bound",
+            [
+                "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+                "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+                f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
+            ],
+            evidence,
+        )
+    if not cpu_bound and suggested <= n:
+        return Finding(
+            "input.too_few_workers",
+            severity,
+            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on something slow per sample "
+            f"(latency), and num_workers is already at its bound ({evidence['num_workers_bound_why']})",
+            [
+                f"keep num_workers at {n}: more processes would add memory and context switches, not throughput",
+                "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
+                "or fetch a whole batch at once (__getitems__)",
+                "raise prefetch_factor so each worker keeps more samples in flight",
+            ],
+            evidence,
+        )
     if cpu_bound:
         summary = (
             f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {host.cores} cores are idle"
@@ -219,12 +279,13 @@ def _cpu_finding(
             "something slow per sample (latency), so more of them in parallel would hide it"
         )
         why = "each worker spends most of its time waiting, not computing"
+    bound = f" (at most {evidence['num_workers_bound_why']})"
     return Finding(
         "input.too_few_workers",
         severity,
         summary,
         [
-            f"raise num_workers from {n} to {needed}" + (f": {why}" if why else ""),
+            f"raise num_workers from {n} to {suggested}" + (f": {why}" if why else "") + bound,
             "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
         ],
         evidence,
