@@ -8,6 +8,7 @@ while the other tests run on tabs of their own; the last test checks them a minu
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -211,6 +212,22 @@ def test_closing_a_tab_ends_its_screen_within_5_s(browser, held, replay):
     print(f"screen ended {took:.2f} s after its tab closed")
 
 
+def test_quit_ends_the_screen_and_restart_starts_a_new_one(browser, held, replay):
+    tab, pid = _open(browser, replay)
+    try:
+        browser.run(tab.press("q"))
+        assert browser.run(tab.wait_js(SESSION_ENDED, 10)), browser.run(tab.evaluate("document.body.innerText"))
+        assert "The screen ended." in browser.run(tab.evaluate("document.getElementById('ended').textContent"))
+        assert wait_for(lambda: not psutil.pid_exists(pid) or pid not in replay.screens(), CLOSE_WITHIN_S)
+        before = set(replay.screens())
+        browser.run(tab.click("#restart"))
+        assert browser.run(tab.wait_js(SCREEN_SHOWN, 20)) and not browser.run(tab.evaluate(SESSION_ENDED))
+        assert browser.run(tab.wait_text("── Training", "REPLAY")), tab.text()
+        assert wait_for(lambda: set(replay.screens()) - before - {pid}, 10)
+    finally:
+        browser.run(tab.close())
+
+
 def test_resizing_the_window_lays_the_screen_out_again(browser, held, replay):
     tab, _ = _open(browser, replay)
     try:
@@ -293,15 +310,29 @@ def test_the_pages_asked_nothing_of_any_other_address(browser, held, live, repla
     assert not outside, outside
 
 
-def test_stopping_the_server_ends_every_screen(live, replay, held, browser):
-    """Last: Ctrl-C (SIGINT to the server alone here) stops the screens of every open tab with it."""
-    screens = [psutil.Process(pid) for pid in (*live.served.screens(), *replay.screens())]
-    assert screens
+def test_closing_the_held_tabs_ends_their_screens_within_5_s(browser, held, live, replay):
+    """The live screen stops its monitor on the way out: it too is gone within 5 s of its tab closing."""
+    processes = {psutil.Process(held.live_pid): live.served, psutil.Process(held.replay_pid): replay}
+    closed_at = time.monotonic()
+    for tab in (held.live, held.replay):
+        browser.run(tab.close())
+    _, alive = psutil.wait_procs(list(processes), timeout=CLOSE_WITHIN_S - (time.monotonic() - closed_at))
+    assert not alive, [p.pid for p in alive]
+    print(f"held screens ended {time.monotonic() - closed_at:.2f} s after their tabs closed")
+    for process, served in processes.items():
+        assert f"screen {process.pid} ended (exit status 0)" in served.log(), served.log()[-2000:]
+        assert "did not exit" not in served.log()  # each left on "quit", never by SIGTERM or SIGKILL
+
+
+def test_stopping_the_server_ends_every_screen(live, replay, browser):
+    """Last: Ctrl-C (SIGINT to the server alone here) ends the screens of its open tabs, and the pages say so."""
+    tabs = [_open(browser, served) for served in (live.served, replay)]
+    screens = [psutil.Process(pid) for _, pid in tabs]
     for served in (live.served, replay):
-        served.process.send_signal(2)
+        served.process.send_signal(signal.SIGINT)
     for served in (live.served, replay):
         served.process.wait(20)
     _, alive = psutil.wait_procs(screens, timeout=5)
     assert not alive, [p.pid for p in alive]
-    for tab in (held.live, held.replay):
+    for tab, _ in tabs:
         assert browser.run(tab.wait_js(SESSION_ENDED, 10))

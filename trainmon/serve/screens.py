@@ -14,8 +14,10 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 log = logging.getLogger("trainmon.serve")
+_T = TypeVar("_T", bytes, str)
 
 READY_LINE = b"__GANGLION__\n"
 QUIT_GRACE_S = 2.5  # after "quit", the screen's own exit (the live monitor stops its sources) before SIGTERM
@@ -45,6 +47,7 @@ class Screen:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.ended = asyncio.Event()
         self._stdin_lock = asyncio.Lock()
+        self._browser_gone = False
 
     @property
     def pid(self) -> int | None:
@@ -89,7 +92,7 @@ class Screen:
         try:
             if await self._wait_ready(proc.stdout):
                 await self._read_packets(proc.stdout)
-        except (asyncio.IncompleteReadError, ConnectionResetError):
+        except asyncio.IncompleteReadError:
             pass  # the process ended
         finally:
             await proc.wait()
@@ -114,22 +117,39 @@ class Screen:
             payload = await stdout.readexactly(size)
             if kind == b"D":
                 self.shown = True
-                await self._send_bytes(payload)
+                await self._to_browser(self._send_bytes, payload)
             elif kind == b"M":
-                await self._on_meta(payload)
+                meta = _json_object(payload)
+                if meta.get("type") == "open_url" and "url" in meta:
+                    message = json.dumps(["open_url", {"url": meta["url"], "new_tab": meta.get("new_tab", True)}])
+                    await self._to_browser(self._send_text, message)
             # b"P" carries file deliveries, which the screen never makes
 
-    async def _on_meta(self, payload: bytes) -> None:
-        meta = json.loads(payload)
-        if meta.get("type") == "open_url":
-            await self._send_text(json.dumps(["open_url", {"url": meta["url"], "new_tab": meta["new_tab"]}]))
+    async def _to_browser(self, send: Callable[[_T], Awaitable[None]], payload: _T) -> None:
+        """Send unless the tab is gone; its output is still read to the end, or a full pipe would stall the screen
+        before it could act on "quit"."""
+        if self._browser_gone:
+            return
+        try:
+            await send(payload)
+        except (ConnectionResetError, RuntimeError):
+            self._browser_gone = True
 
     async def _read_stderr(self, stderr: asyncio.StreamReader) -> None:
-        while line := await stderr.readline():
-            text = line.decode("utf-8", "replace").rstrip()
-            if text:
-                self.stderr_tail.append(text)
-                print(f"screen {self.pid}: {text}", file=sys.stderr, flush=True)
+        """The screen's log lines (a traceback, ``trainmon: error: ...``) into the server's log, the last kept."""
+        pending = b""
+        while chunk := await stderr.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._log_line(line)
+            pending = pending[-65536:]
+        self._log_line(pending)
+
+    def _log_line(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text:
+            self.stderr_tail.append(text)
+            print(f"screen {self.pid}: {text}", file=sys.stderr, flush=True)
 
     # ---- ending
 
@@ -159,6 +179,14 @@ class Screen:
         if self.shown or not self.stderr_tail:
             return None
         return self.stderr_tail[-1]
+
+
+def _json_object(payload: bytes) -> dict[str, object]:
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def screen_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
