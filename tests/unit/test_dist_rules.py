@@ -196,3 +196,12 @@ def test_a_single_rank_seen_says_so():
     store, end = job(rank_records(20, 15), hello={"job": {"MASTER_PORT": "29500"}, "world_size": 8})
     f = finding(store, end, "dist.comm")
     assert "the only rank seen" in f.summary and f.evidence["world_size"] == 8 and f.evidence["ranks_seen"] == 1
+
+
+def test_a_compute_stragglers_own_small_data_wait_does_not_take_over_its_advice():
+    # Rank 1 waits 3 ms on data loaded in its main process (a warning of its own), but its 48 ms of work is why
+    # rank 0 waits.
+    store, end = job(rank_records(20, 33, wait_ms=0.5), rank_records(48, 2, wait_ms=3.0))
+    f = finding(store, end, "dist.straggler")
+    assert f.evidence["kind"] == "compute" and f.evidence["sub_cause"] is None
+    assert not any("num_workers" in a for a in f.advice) and any("clocks" in a for a in f.advice)

@@ -84,7 +84,7 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
                 return None
             kind, gap = "step", ratio - 1
         others = [w for w in ranked if w is not slow]
-    sub = sub_causes.get(id(slow))
+    sub = sub_causes.get(id(slow)) if kind != "compute" else None  # its own work, not its input, is the cause
     sub_code = sub.code if sub is not None and sub.code.startswith("input.") else None
     who = slow.run.label
     peers = ", ".join(w.run.label for w in others)
