@@ -115,6 +115,22 @@ def test_non_loopback_needs_allow_remote():
     assert res.returncode == 2 and "not a loopback address" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_port_in_use_is_one_line():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = str(taken.getsockname()[1])
+        res = subprocess.run(
+            trainmon_cmd("serve", "--port", port), env=child_env(), capture_output=True, text=True, timeout=60
+        )
+    finally:
+        taken.close()
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"trainmon: error: cannot serve on 127.0.0.1:{port}: Address already in use"
+    ], res.stderr
+
+
 def test_max_screens_must_be_positive():
     res = subprocess.run(
         trainmon_cmd("serve", "--max-screens", "0"), env=child_env(), capture_output=True, text=True, timeout=60

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -67,8 +67,9 @@ class ScreenServer:
         app.on_shutdown.append(self._on_shutdown)
         return app
 
-    def serve(self, host: str, port: int) -> None:
-        web.run_app(self.app(), host=host, port=port, print=None, access_log=None, shutdown_timeout=10)
+    def serve(self, host: str, port: int, ready: Callable[[], None] = lambda: None) -> None:
+        """Serve until SIGINT or SIGTERM; ``ready`` once the address is bound."""
+        web.run_app(self.app(), host=host, port=port, print=lambda _: ready(), access_log=None, shutdown_timeout=10)
 
     async def handle_index(self, request: web.Request) -> web.Response:
         font_size = _int(request.query.get("fontsize"), 16, 6, 64)

@@ -69,16 +69,20 @@ class Serve(Command):
             cap_reason=cap_reason,
         )
         logging.getLogger("trainmon.serve").setLevel(logging.INFO)
-        print(
-            f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab, "
-            f"{'at most ' + str(cap) if cap > 1 else 'one tab at a time'}; Ctrl-C stops)",
-            file=sys.stderr,
-            flush=True,
-        )
+
+        def ready() -> None:
+            print(
+                f"trainmon: serving on http://{args.host}:{args.port} (one screen per browser tab, "
+                f"{'at most ' + str(cap) if cap > 1 else 'one tab at a time'}; Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )
+
         try:
-            ScreenServer(config).serve(args.host, args.port)
+            ScreenServer(config).serve(args.host, args.port, ready)
         except OSError as exc:
-            raise CliError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
         return 0
 
 
