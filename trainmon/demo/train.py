@@ -185,6 +185,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--switch-workers", type=int, default=2, help="(--switch-at) workers after the switch")
     p.add_argument("--switch-cpu-ms", type=float, default=0.0, help="(--switch-at) CPU work per sample after it")
+    p.add_argument(
+        "--switch-in-place",
+        action="store_true",
+        help="(--switch-at, --workers 0) keep the DataLoader: only its samples' CPU work becomes --switch-cpu-ms",
+    )
     p.add_argument("--slow-rank", type=int, default=None, help="(distributed) this rank's data is slower")
     p.add_argument("--slow-sleep-ms", type=float, default=0.0)
     p.add_argument(
@@ -236,8 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         store = ObjectStore(args.remote_latency_ms, args.remote_kb)
         args.remote = store.url
 
+    datasets_args: list[argparse.Namespace] = []  # what each dataset reads per sample (--switch-in-place)
+
     def loader_for(workers: int, plain: bool = False, cpu_ms: float = 0.0) -> DataLoader:
         a = argparse.Namespace(**vars(args))
+        datasets_args.append(a)
         if plain:
             a.cpu_ms = a.sleep_ms = a.rate_limit = 0.0
             a.cpu_ms = cpu_ms
@@ -301,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
                 import trainmon.agent  # the switch as a mark on the run's timeline (a no-op without the agent)
 
                 trainmon.agent.mark("switch")
-                loader = loader_for(args.switch_workers, plain=True, cpu_ms=args.switch_cpu_ms)
-                break
+                if args.switch_in_place:
+                    for a in datasets_args:  # the same DataLoader and iterator; its samples cost more from now on
+                        a.cpu_ms = args.switch_cpu_ms
+                else:
+                    loader = loader_for(args.switch_workers, plain=True, cpu_ms=args.switch_cpu_ms)
+                    break
             t0 = time.perf_counter()
             try:
                 x, y = next(it)

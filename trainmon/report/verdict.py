@@ -70,7 +70,7 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     if not phases:
         phases = [Phase(first, end, evaluate(store, end, th, since=first))]
     elif phases[0].start - first >= 1.0:
-        warmup = Phase(first, phases[0].start, evaluate(store, phases[0].start, th, since=first))
+        warmup = Phase(first, phases[0].start, [_warmup(store, first, phases[0].start)])
     top = headline_phase(phases, th).top
     held = held_seconds(phases)
     findings = _representatives(phases)
@@ -148,6 +148,15 @@ def _representatives(phases: list[Phase]) -> dict[str, Finding]:
             if f.code not in best or key > best[f.code][:2]:
                 best[f.code] = (*key, f)
     return {code: f for code, (_, _, f) in best.items()}
+
+
+def _warmup(store: Store, first: float, steady: float) -> Finding:
+    """Before the first steady step: the recording's start, and the first steps (compilation, workers starting)."""
+    with store.lock:
+        spans = [r.steps.index_range(first, steady) for r in store.runs.values()]
+    steps = sum(j - i for i, j in spans)
+    what = f"warm-up: {steps} step(s) before the steady state, not judged" if steps else "no training step yet"
+    return Finding("insufficient_data", "ok", what, [], {"steps": steps})
 
 
 def _entry(p: Phase, first: float) -> TimelineEntry:
