@@ -86,21 +86,32 @@ class RunWindow:
         return [_pick(c, i, segments) for c in cols]
 
     def compute_p50_s(self) -> float:
-        """Median over the steady steps of step − data wait − communication: the rank's own work per step."""
+        """Median over the steady steps (an even sample of at most MAX_DETAIL) of step − data wait −
+        communication: the rank's own work per step."""
         if self._rows is None or not self.steps:
             return math.nan
         steps = self._rows[0]
-        dur, wait, comm = self._steady((steps.dur, steps.wait, steps.comm))
+        stride = _stride(self.steps)
+        dur, wait, comm = (c[::stride] for c in self._steady((steps.dur, steps.wait, steps.comm)))
         return quantile([max(0.0, d - w - c) for d, w, c in zip(dur, wait, comm, strict=True)], 0.5)
 
     def comm_share_p50(self) -> float:
-        """Median over the steady steps of each step's share blocked in collectives: what communication
-        costs a typical step, whatever a few steps held up by a preempted peer waited (nan: none measured)."""
+        """Median over the steady steps (an even sample of at most MAX_DETAIL) of each step's share blocked in
+        collectives (nan: none measured)."""
         if self._rows is None or not self.steps or not self.run.comm_by_op:
             return math.nan
         steps = self._rows[0]
-        dur, comm = self._steady((steps.dur, steps.comm))
+        stride = _stride(self.steps)
+        dur, comm = (c[::stride] for c in self._steady((steps.dur, steps.comm)))
         return quantile([c / d if d > 0 else 0.0 for d, c in zip(dur, comm, strict=True)], 0.5)
+
+    def comm_rows(self) -> tuple[array[float], array[float], array[float]]:
+        """End, duration and time in collectives of every steady step (C-level slices)."""
+        if self._rows is None:
+            return array("d"), array("d"), array("d")
+        steps = self._rows[0]
+        end, dur, comm = self._steady((steps.end, steps.dur, steps.comm))
+        return end, dur, comm
 
     def spans_and_waits(self) -> tuple[list[tuple[float, float]], list[float]]:
         """Each steady step's (start, end) and wait."""

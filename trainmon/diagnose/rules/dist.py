@@ -10,6 +10,7 @@ straggler, one whose own work is longer than the others' a compute straggler.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
@@ -37,6 +38,39 @@ def compute_scores(windows: list[RunWindow]) -> dict[int, tuple[float, float]]:
         score = others / mine if mine > 0 and not is_nan(others) else math.nan
         out[id(w)] = (mine, score)
     return out
+
+
+MAX_ALIGNED = 256  # steps of the reference rank matched across ranks (an even sample of a longer window)
+
+
+def transfer_share(windows: list[RunWindow]) -> float:
+    """The share of a typical step that communication itself costs: for each step, the least share blocked in
+    collectives among the ranks, then the median over the steps.
+
+    In a synchronous collective the rank that arrives last hardly waits: its time in it is the transfer, the
+    others' is that plus waiting for it (how HTA splits synchronising from transfer time). Ranks are released
+    together, so one step of each rank ends at nearly the same time: steps are matched by their ends (within half
+    a step). A rank that is late at random (preempted on a shared host) then counts as transfer for nobody."""
+    rows = [w.comm_rows() for w in windows]
+    ref = min(range(len(rows)), key=lambda r: len(rows[r][0]))
+    end0, dur0, comm0 = rows[ref]
+    stride = max(1, -(-len(end0) // MAX_ALIGNED))
+    shares = []
+    for k in range(0, len(end0), stride):
+        if dur0[k] <= 0:
+            continue
+        least = comm0[k] / dur0[k]
+        for r, (end, dur, comm) in enumerate(rows):
+            if r == ref:
+                continue
+            j = bisect_left(end, end0[k])
+            near = min((i for i in (j - 1, j) if 0 <= i < len(end)), key=lambda i: abs(end[i] - end0[k]), default=None)
+            if near is None or abs(end[near] - end0[k]) > 0.5 * dur0[k] or dur[near] <= 0:
+                break
+            least = min(least, comm[near] / dur[near])
+        else:
+            shares.append(least)
+    return quantile(shares, 0.5)
 
 
 def _per_rank(windows: list[RunWindow], scores: dict[int, tuple[float, float]]) -> dict[str, dict[str, Any]]:
@@ -139,21 +173,19 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
 def comm_bound(windows: list[RunWindow], th: Thresholds, straggler_found: bool) -> Finding | None:
     """Ranks of one job whose steps are blocked in collectives for a material share, no straggler explaining it.
 
-    Each rank's share is its median step's (``RunWindow.comm_share_p50``), so the few steps a preempted peer
-    held up do not count; the share judged is the lowest among the ranks: a rank that waits in a collective for
-    a slower peer shows that wait as communication, the slowest rank does not, so the lowest share is the cost
-    of communicating itself.
+    The share judged is ``transfer_share``: at each step the least among the ranks (the last to arrive hardly
+    waits), then the median over the steps, so neither a slower rank nor a few steps held up by a preempted
+    peer count as the cost of communicating.
     """
     if straggler_found:
         return None
     ranked = [w for w in windows if w.steps >= th.min_steps and not is_nan(w.comm_fraction)]
     if not ranked:
         return None
-    typical = {id(w): w.comm_share_p50() for w in ranked}
-    least = min(ranked, key=lambda w: typical[id(w)])
-    share = typical[id(least)]
+    share = transfer_share(ranked)
     if is_nan(share) or share < th.comm_share:
         return None
+    least = min(ranked, key=lambda w: w.comm_s / w.steps)
     ops: dict[str, float] = {}
     for w in ranked:
         for op, seconds in w.run.comm_by_op.items():
@@ -163,13 +195,16 @@ def comm_bound(windows: list[RunWindow], th: Thresholds, straggler_found: bool) 
     top = next(iter(by_op), None)
     labels = ", ".join(w.run.label for w in ranked)
     comm_ms = least.comm_s / least.steps * 1e3
-    where = f"every rank ({labels})" if len(ranked) > 1 else f"{labels}, the only rank seen"
-    summary = (
-        f"a typical step spends {share:.0%} of its time blocked in collectives on {where} "
-        f"({comm_ms:.1f} ms a step on average)"
-    )
     if len(ranked) > 1:
-        summary += ", and no slower rank explains it"
+        summary = (
+            f"communication itself takes {share:.0%} of a typical step on every rank ({labels}): at each step even "
+            f"the last rank to arrive is blocked that long in collectives ({comm_ms:.1f} ms a step on average)"
+        )
+    else:
+        summary = (
+            f"{share:.0%} of a typical step is spent blocked in collectives on {labels}, the only rank seen "
+            f"({comm_ms:.1f} ms a step on average)"
+        )
     if top is not None:
         summary += f"; mostly {top} ({by_op[top]:.0%} of it)"
     advice = [
@@ -196,9 +231,7 @@ def comm_bound(windows: list[RunWindow], th: Thresholds, straggler_found: bool) 
         summary,
         advice,
         {
-            "run": least.run.label,
-            "comm_share_p50": round(share, 4),
-            "comm_fraction": _share(least.comm_fraction),
+            "comm_share": round(share, 4),
             "comm_ms": round(comm_ms, 3),
             "by_op": by_op,
             "ranks_seen": len(ranked),
