@@ -122,10 +122,10 @@ def test_two_gloo_ranks_time_ddp_synchronisation_and_collectives(tmp_path):
         fsdp = [op for op, _ in r["fsdp"]]  # fully_shard: parameters gathered for forward and backward
         assert fsdp.count("all_gather") >= 2 and fsdp.count("reduce_scatter") >= 1, fsdp
     # Rank 0 is blocked in DDP's synchronisation while rank 1 sleeps; rank 1 is not.
-    waits0 = [ms for _, ms in r0["ddp"][1:]]
-    waits1 = [ms for _, ms in r1["ddp"][1:]]
-    assert min(waits0) >= 0.7 * DELAY_MS, waits0
-    assert max(waits1) < 0.5 * DELAY_MS, waits1
+    waits0 = sorted(ms for _, ms in r0["ddp"])
+    waits1 = sorted(ms for _, ms in r1["ddp"])
+    assert waits0[2] >= 0.7 * DELAY_MS, waits0  # medians: one step held up by a preempted rank does not decide
+    assert waits1[2] < 0.5 * DELAY_MS, waits1
     # The asynchronous all-reduce returns at once; rank 0 waits for rank 1 in Work.wait.
     assert r0["async"][0][1] < 0.5 * DELAY_MS and r0["async"][1][1] >= 0.7 * DELAY_MS, r0["async"]
 
