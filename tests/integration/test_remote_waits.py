@@ -134,7 +134,8 @@ def test_network_waits_are_told_from_sleeps_and_locks(children: dict[str, subpro
         f = figures[name]
         assert f["net_wait"] >= 0.5, (name, f)
         assert f["rchar_mb_s"] < 0.5, (name, f)  # recv() never counts in rchar: the old signal is blind here
-        assert f["net_sockets"] >= 1, (name, f)
+    # Connections counted when the sample is taken: urllib's closes after each response, the kept-alive ones stay.
+    assert figures["http.client"]["net_sockets"] >= 1, figures["http.client"]
     for name in ("sleep", "condition"):
         f = figures[name]
         assert f["net_wait"] <= 0.05, (name, f)
