@@ -105,3 +105,43 @@ def test_a_collection_set_off_inside_the_dataloaders_next_is_not_data_wait():
     add_gc(store, [(s + 0.0005, 0.55, 2) for s, _ in spans])  # ... where a gen-2 collection ran
     f = periodic(store)
     assert f is not None and "gen-2 garbage collection" in f.summary
+
+
+def _loop_with_collections(fast: bool) -> tuple[Store, int]:
+    """40 steps (optimizer mode) of 100 ms, each waiting 30 ms on data; a 20 ms collection inside every 4th
+    wait. Sent in two batches, the second folded by the columnar fast path, or record by record (the slow
+    path). Returns the store and how many records the fast path folded."""
+    store = uniform_store(wait_ms=1, steps=0)
+    run = store.runs[1]
+    fold, folded = run._fold_regular, [0]
+
+    def spy(*args):
+        n = fold(*args)
+        folded[0] += n
+        return n
+
+    run._fold_regular = spy
+    recs: list[int] = []
+    t = 1.0
+    for i in range(40):
+        if i % 4 == 0:  # the collection ends, and is recorded, before the __next__ it ran in returns
+            recs += [P.K_GC, int((t + 0.005) * NS), int((t + 0.025) * NS), 0]
+        recs += [P.K_WAIT | 1 << 8, int(t * NS), int((t + 0.03) * NS), 0]
+        t += 0.1
+        recs += [P.K_OPT, int(t * NS), int(t * NS), 0]
+    cut = 4 * 24  # ten steps and their collections, then the rest
+    batches = [recs[:cut], recs[cut:]] if fast else [recs[k : k + 4] for k in range(0, len(recs), 4)]
+    for batch in batches:
+        store.events(1, t, array("q", batch))
+    return store, folded[0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_collection_inside_a_wait_is_taken_out_of_the_data_wait(fast):
+    store, folded = _loop_with_collections(fast)
+    assert (folded > 40) == fast
+    steps = store.runs[1].steps
+    waits = [round(w, 6) for w in steps.wait]
+    assert len(waits) == 40
+    assert waits[0::4] == [0.01] * 10 and [w for k, w in enumerate(waits) if k % 4] == [0.03] * 30
+    assert steps.dur[5] == pytest.approx(0.1)  # the step keeps its length: the pause is the step's, not data's

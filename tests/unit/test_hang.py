@@ -116,3 +116,36 @@ def test_the_hang_is_shown_without_the_hold_other_verdicts_need():
     assert tracker.update(1.0, [periodic]).code == "ok.compute_bound"  # held back
     assert tracker.update(2.0, [hang]).code == "stall.hang"  # at once
     assert tracker.changes[-1] == (2.0, "stall.hang")
+
+
+def test_a_report_heads_with_the_hang_however_short_it_was_beside_the_training():
+    from trainmon.report import build_report
+
+    store = hung_store(steps_s=120.0, silent_s=40.0)  # two minutes of healthy steps, then 10 s hung
+    report = build_report(store)
+    v = report["verdict"]
+    assert v["code"] == "stall.hang" and v["severity"] == "critical"
+    assert v["evidence"]["main_thread_in"] == "MetricsLog.log (trainmon/demo/stalls.py:37)"
+    assert v["evidence"]["silent_s"] >= 39.0 and 9.0 <= v["held_s"] <= 11.0
+    hung = [e for e in report["timeline"] if e["code"] == "stall.hang"]
+    healthy = [e for e in report["timeline"] if e["code"] == "ok.compute_bound"]
+    assert len(hung) == 1 and hung[0]["t"] > healthy[-1]["end"]
+    assert [f["code"] for f in report["findings"]] == ["ok.compute_bound"]
+
+
+def test_a_report_of_a_run_that_paused_below_the_limit_has_no_hang():
+    from trainmon.report import build_report
+
+    report = build_report(hung_store(steps_s=60.0, silent_s=5.0, pause=(20.0, 25.0), dump_after_s=None))
+    assert "stall.hang" not in {e["code"] for e in report["timeline"]} | {report["verdict"]["code"]}
+
+
+def test_the_episodes_of_a_hang_that_ended_with_its_process():
+    from trainmon.diagnose.rules import hang_episodes
+
+    store = hung_store(silent_s=45.0)
+    run = store.runs[1]
+    end = last_step(store)
+    store.closed(1, end + 40.0, "lost")
+    ((a, b),) = hang_episodes(run, store.first_t, store.last_t, Thresholds())
+    assert abs(a - (end + 30.0)) <= 0.5 and b == end + 40.0

@@ -113,3 +113,16 @@ def test_runs_without_dumps_list_none_and_print_nothing():
     report = build_report(store)
     assert report["runs"][0]["stack_dumps"] == []
     assert "Stacks of" not in render(report, "text") and "<h2>Stacks" not in render(report, "html")
+
+
+def test_printed_are_the_latest_dump_of_each_cause_the_report_names_the_json_keeps_all():
+    store = hung_store()
+    end = store.runs[1].steps.end[-1]
+    store.info(1, end + 10.0, {"stacks": hung_dump(end + 10.0, reason="input.io")})  # a cause the report never names
+    store.info(1, end + 40.0, {"stacks": hung_dump(end + 40.0)})  # the hang dumped again later
+    report = build_report(store)
+    assert [d["reason"] for d in report["runs"][0]["stack_dumps"]] == ["input.io", "stall.hang", "stall.hang"]
+    text = render(report, "text")
+    assert text.count("Stacks of ") == 1 and "input.io fired" not in text
+    latest = report["runs"][0]["stack_dumps"][-1]["t"]
+    assert f"dumped when stall.hang fired, at {latest:.1f} s" in text

@@ -1,7 +1,7 @@
 """Named demo scenarios: real small trainings, each with one known bottleneck.
 
-Each runs for a fixed time (about 20 s) whatever the machine's speed, on CPU here and on CUDA where
-present (``--device cuda`` is added when a GPU is visible).
+Each runs for a fixed time (about 20 s; the hang about a minute) whatever the machine's speed, on CPU here and
+on CUDA where present (``--device cuda`` is added when a GPU is visible).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Scenario:
     args: tuple[str, ...]
     ranks: int = 1  # > 1: launched with torch.distributed.run (gloo)
     timeline: tuple[str, ...] = ()  # expected order of verdict changes, where it matters
+    status: int = 0  # the training's exit status (a hung one is ended by its own watchdog)
 
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
@@ -114,6 +115,50 @@ SCENARIOS: dict[str, Scenario] = {
                 "20",
                 *SECONDS,
             ),
+        ),
+        Scenario(
+            "gc",
+            "stall.periodic",
+            "each step keeps a Python tree of 6000 nodes with reference cycles for 8 steps: gen-2 garbage "
+            "collections scan them all, and the loop stops for each",
+            (
+                "--workers",
+                "2",
+                "--cpu-ms",
+                "0.02",
+                "--width",
+                "4096",
+                "--persistent",
+                "--trace-nodes",
+                "6000",
+                "--trace-keep",
+                "8",
+                *SECONDS,
+            ),
+        ),
+        Scenario(
+            "hang",
+            "stall.hang",
+            "after 8 s a log rotation thread and the loop take two locks in opposite orders: a deadlock, with "
+            "the process and its workers alive, until faulthandler's 40 s watchdog ends it (about a minute)",
+            (
+                "--workers",
+                "2",
+                "--cpu-ms",
+                "0.02",
+                "--width",
+                "1024",
+                "--persistent",
+                "--hang-after",
+                "8",
+                "--watchdog-s",
+                "40",
+                "--seconds",
+                "120",
+                "--steps",
+                "1000000",
+            ),
+            status=1,
         ),
         Scenario(
             "straggler",

@@ -10,6 +10,7 @@ wait, which the tests compare against trainmon's. Runs on CPU, or on CUDA with `
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import http.client
 import json
 import mmap
@@ -21,6 +22,8 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from trainmon.demo.stalls import MetricsLog, TraceCache
 
 PAGE = 4096
 
@@ -211,6 +214,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from the self-report")
     p.add_argument("--self-report", default=None)
     p.add_argument("--mp-context", default=None, choices=[None, "fork", "spawn", "forkserver"])
+    p.add_argument(
+        "--hang-after", type=float, default=0.0, help="rotate the metrics log after this long: a deadlock (0: never)"
+    )
+    p.add_argument("--watchdog-s", type=float, default=0.0, help="exit (faulthandler) after this long without a step")
+    p.add_argument("--trace-nodes", type=int, default=0, help="a Python tree of this many nodes per step, cached")
+    p.add_argument("--trace-keep", type=int, default=60, help="steps whose trees the cache keeps")
     return p.parse_args(argv)
 
 
@@ -287,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     switch_time = time.monotonic() + args.seconds * args.switch_at if args.switch_at and args.seconds else None
     loader = loader_for(args.workers)
     step = 0
+    metrics = MetricsLog(args.hang_after) if args.hang_after else None
+    traces = TraceCache(args.trace_nodes, args.trace_keep) if args.trace_nodes else None
 
     def more() -> bool:
         if deadline is None:
@@ -327,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             opt.step()
             step += 1
+            if metrics is not None:
+                metrics.log(step, loss.item())
+            if traces is not None:
+                traces.record(step, args.batch_size)
+            if args.watchdog_s:
+                faulthandler.dump_traceback_later(args.watchdog_s, exit=True)  # re-armed by every step
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 torch.save({"model": model.state_dict(), "ballast": ballast}, ckpt_path)
                 with open(ckpt_path, "rb+") as fh:
@@ -337,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         del it
     if ballast is not None and os.path.exists(ckpt_path):
         os.unlink(ckpt_path)
+    if metrics is not None:
+        metrics.close()
+    faulthandler.cancel_dump_traceback_later()
     for path in cleanup:
         os.unlink(path)
     if distributed:

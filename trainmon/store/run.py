@@ -313,6 +313,8 @@ class Run:
         records, exposed = _split_exposed(records)
         records, comm = _split_kind(records, K_COMM)
         records, gc = _split_kind(records, K_GC)
+        if gc is not None:
+            self.gc.add_records(gc)  # first: the waits that follow do not count the collections inside them
         n = len(records) // 4
         tags = records[0::4]
         t0s = records[1::4]
@@ -332,8 +334,6 @@ class Run:
         if n:
             self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
             self._beat(t1s[n - 1] * NS)
-        if gc is not None:
-            self.gc.add_records(gc)
         if exposed is not None:
             self._apply_exposed(exposed)
         if comm is not None:
@@ -424,6 +424,8 @@ class Run:
         start.extend(end[:-1])
         dur = array("d", map(operator.sub, end, start))
         raw_wait = array("d", map(operator.sub, map(ns, t1s[0::period]), map(ns, t0s[0::period])))
+        if self.gc.total:
+            self._discount_gc(array("d", map(ns, t0s[0::period])), array("d", map(ns, t1s[0::period])), raw_wait)
         # A wait is longer than its step only when it began before the step did (rare): cap those.
         wait = array("d", map(min, raw_wait, dur)) if any(map(operator.gt, raw_wait, dur)) else raw_wait
         batch = train.config.get("batch_size")
@@ -468,7 +470,18 @@ class Run:
             t0, t1 = min(t0, c0), max(t1, c1)
         cps.append((t0, t1))
 
+    def _discount_gc(self, w0: array[float], w1: array[float], wait: array[float]) -> None:
+        """Take the collections that ran inside each wait [w0, w1] out of it: the DataLoader's own allocations set
+        them off, and the loop was paused for the collector, not starved of data."""
+        start, end, _ = self.gc.between(w0[0], w1[-1])
+        for s, e in zip(start, end, strict=True):
+            k = bisect_right(w0, s) - 1
+            if k >= 0 and e <= w1[k]:
+                wait[k] = max(0.0, wait[k] - (e - s))
+
     def _on_wait(self, lid: int, t0: float, t1: float) -> None:
+        if self.gc.total:
+            t1 = max(t0, t1 - self.gc.overlap_all(t0, t1))  # a collection inside __next__ is not data
         lid = self._bounded(lid)
         info = self._loader(lid)
         if self.restarts.pending:

@@ -14,7 +14,7 @@ from trainmon.diagnose.rules.gpu import (
     no_tensor_cores,
     small_work,
 )
-from trainmon.diagnose.rules.hang import hang
+from trainmon.diagnose.rules.hang import hang, hang_episodes
 from trainmon.diagnose.rules.host import host_memory, host_overhead
 from trainmon.diagnose.rules.input import host_to_device, input_bound
 from trainmon.diagnose.rules.stalls import checkpoint_stall, periodic_stall
@@ -29,6 +29,7 @@ __all__ = [
     "gpu_memory",
     "gpu_throttled",
     "hang",
+    "hang_episodes",
     "host_memory",
     "host_overhead",
     "host_sync",

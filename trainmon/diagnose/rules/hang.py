@@ -9,6 +9,7 @@ run (``Run.stack_dumps``) into the evidence.
 
 from __future__ import annotations
 
+import itertools
 import math
 from bisect import bisect_right
 from typing import Any
@@ -90,3 +91,20 @@ def hang(store: Store, run: Run, t: float, th: Thresholds) -> Finding | None:
         ],
         ev,
     )
+
+
+def hang_episodes(run: Run, t0: float, t1: float, th: Thresholds) -> list[tuple[float, float]]:
+    """The spans within [t0, t1] in which ``hang`` held for the run: from the limit after its last activity to its
+    next activity, its close, or ``t1`` (a report's phases are cut from steps, which a hung run has none of)."""
+    if not run.steps.total:
+        return []
+    close = t1 if run.connected and run.ended is None else min(t1, run.last_seen)
+    out: list[tuple[float, float]] = []
+    for a, b in itertools.pairwise([*run.beats, close]):
+        if b - a <= th.hang_min_s:
+            continue
+        p95 = recent_p95(run, a)
+        start = a + max(th.hang_min_s, th.hang_step_factor * p95) if not math.isnan(p95) else math.inf
+        if start < b and b > t0 and start < t1:
+            out.append((max(start, t0), min(b, t1)))
+    return out

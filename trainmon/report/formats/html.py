@@ -157,7 +157,7 @@ def _lists(report: Report) -> list[str]:
             )
             + "</ul>"
         )
-    for heading, stack in printed_dumps(report["runs"]):
+    for heading, stack in printed_dumps(report):
         parts.append(f"<h2>Stacks of {esc(heading)}</h2><pre>{esc(chr(10).join(stack))}</pre>")
     for w in report.get("warnings", []):
         parts.append(f'<p class="muted">warning: {esc(w)}</p>')

@@ -31,7 +31,7 @@ def render(source: ReportInput) -> str:
             f"- {e['t']:.1f}–{e['end']:.1f} s: `{e['code']}` ({e['severity']}) — {e['summary']}"
             for e in report["timeline"]
         ]
-    for heading, stack in printed_dumps(report["runs"]):
+    for heading, stack in printed_dumps(report):
         out += ["", f"### Stacks of {heading}", "", "```", *stack, "```"]
     warnings = report.get("warnings", [])
     if warnings:

@@ -30,7 +30,7 @@ def render(source: ReportInput) -> str:
         lines += ["", "Timeline (phases):"]
         for e in report["timeline"]:
             lines.append(f"  {e['t']:7.1f} – {e['end']:7.1f} s  {e['code']} [{e['severity']}]  {e['summary']}")
-    for heading, stack in printed_dumps(report["runs"]):
+    for heading, stack in printed_dumps(report):
         lines += ["", f"Stacks of {heading}:", *(f"  {line}" for line in stack)]
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
