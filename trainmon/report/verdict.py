@@ -4,7 +4,8 @@ headline weighed by severity and time.
 A phase starts wherever the training's behaviour changed (``trainmon.diagnose.phases``) and lasts at least
 ``phase_min_s``; neighbours with the same verdict are one phase. The headline is the worst cause that headed
 phases for at least ``headline_share`` of the steady state (the longest held among those of that severity),
-else the cause that headed the longest. Every finding carries the seconds it held, headline or not.
+else the cause that headed the longest. A hang (``stall.hang``) is a phase of its own, from the moment it held to
+the process's end, and heads the report whenever it held. Every finding carries the seconds it held, headline or not.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import math
 from dataclasses import dataclass
 
 from trainmon.diagnose.engine import evaluate
-from trainmon.diagnose.findings import SEVERITIES, Finding, headline
+from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline
 from trainmon.diagnose.phases import bin_width, features, segment, steady_span
-from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.rules import Thresholds, hang, hang_episodes
 from trainmon.report.schema import HeldFinding, TimelineEntry
 from trainmon.store.store import Store
 
@@ -70,6 +71,7 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
         phases = [Phase(first, end, evaluate(store, end, th, since=first))]
     elif phases[0].start - first >= 1.0:
         warmup = Phase(first, phases[0].start, [_warmup(store, first, phases[0].start)])
+    phases = sorted(phases + hang_phases(store, first, end, th), key=lambda p: p.start)
     top = headline_phase(phases, th).top
     held = held_seconds(phases)
     findings = _representatives(phases)
@@ -122,8 +124,21 @@ def headline_phase(phases: list[Phase], th: Thresholds) -> Phase:
         worst[p.top.code] = max(worst.get(p.top.code, 0), SEVERITIES.index(p.top.severity))
     weighty = [c for c, s in shown.items() if s >= th.headline_share * total - 1e-9]
     code = max(weighty or shown, key=lambda c: (worst[c] if weighty else 0, shown[c]))
+    code = next((c for c in shown if c in IMMEDIATE), code)  # a hang ends the run's work, however long it ran
     ours = [p for p in judged if p.top.code == code]
     return max(ours, key=lambda p: (SEVERITIES.index(p.top.severity), p.seconds))
+
+
+def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[Phase]:
+    """Where a run hung, a phase of its own (a silent run has no steps to cut phases from), judged at its end."""
+    out: list[Phase] = []
+    with store.lock:
+        for run in store.runs.values():
+            for a, b in hang_episodes(run, first, end, th):
+                f = hang(store, run, b - 1e-6, th)
+                if f is not None:
+                    out.append(Phase(a, b, [f]))
+    return out
 
 
 def held_seconds(phases: list[Phase]) -> dict[str, float]:
