@@ -108,3 +108,29 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
         assert ev["workers_net_sockets"] >= 1, detail  # holds a connection, yet waits on its rate limiter
         codes = {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
         assert "input.io" not in codes, (report["findings"], report["timeline"])
+    for finding in [verdict, *report["findings"]]:
+        ev = finding["evidence"]
+        if "suggested_num_workers" in ev:  # never more workers than the host can run
+            assert ev["suggested_num_workers"] <= ev["num_workers_cap"], finding
+            cap = ev["cores"] * (1 if ev["num_workers_bound"] == "usable_cores" else 4)
+            assert ev["num_workers_cap"] == cap, finding
+    if name == "lightning":
+        # The train loader's one worker is busy all the time: judged on its own (never averaged with the
+        # validation loader's), more workers help only as far as the usable cores go.
+        ev = verdict["evidence"]
+        assert ev["sub_cause"] == "cpu" and ev["workers_cpu_pct_mean"] >= 70, detail
+        assert ev["num_workers_bound"] == "usable_cores" and ev["suggested_num_workers"] <= ev["cores"], detail
+        assert ev["other_loader_workers"] >= 1, detail  # the validation loader's workers were there, left out
+    if name == "epoch-restart":
+        ev = verdict["evidence"]
+        assert ev["persistent_workers"] is False and ev["start_method"] == "fork", detail
+        assert ev["restart_share"] >= 0.05 and ev["restarts"] >= 2, detail
+        (run,) = report["runs"]
+        assert run["epoch_restarts"] >= 3 and run["epoch_restart_fraction"] >= 0.05, run
+    if name in ("epoch-persistent", "epoch-steady"):
+        codes = {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
+        assert "input.epoch_restart" not in codes, (report["findings"], report["timeline"])
+        assert {e["code"] for e in report["timeline"]} - {"insufficient_data"} == {scenario.expected}, detail
+    if name == "epoch-persistent":
+        (run,) = report["runs"]
+        assert run["epoch_restarts"] == 0 and run["dataloader"]["persistent_workers"] is True, run

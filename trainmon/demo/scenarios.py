@@ -23,6 +23,8 @@ class Scenario:
 
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
+EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
+
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -230,6 +232,46 @@ SCENARIOS: dict[str, Scenario] = {
                 "1000000",
             ),
             timeline=("ok.compute_bound", "input.main_process"),
+        ),
+        Scenario(
+            "lightning",
+            "input.too_few_workers",
+            "a plain Lightning fit: train and validation loaders with one CPU-bound worker each (1 ms per sample), "
+            "validation of 10 batches every 50 steps inside 120-batch epochs, workers restarted by every epoch",
+            (
+                "--lightning",
+                "--workers",
+                "1",
+                "--cpu-ms",
+                "1.0",
+                "--epoch-batches",
+                "120",
+                "--eval-every",
+                "50",
+                "--eval-batches",
+                "10",
+                *SECONDS,
+            ),
+        ),
+        Scenario(
+            "epoch-restart",
+            "input.epoch_restart",
+            "epochs of 15 batches without persistent_workers: 4 workers each build the dataset's index "
+            "(300 ms of CPU) before their first sample, again at every epoch",
+            EPOCHS,
+        ),
+        Scenario(
+            "epoch-persistent",
+            "ok.compute_bound",
+            "the epoch-restart training with persistent_workers=True: the workers build their index once",
+            (*EPOCHS, "--persistent"),
+        ),
+        Scenario(
+            "epoch-steady",
+            "input.too_few_workers",
+            "one worker decodes 1 ms per sample in epochs of 60 batches, restarted each epoch at little cost: "
+            "input-bound all along, never an epoch-restart verdict",
+            ("--workers", "1", "--cpu-ms", "1.0", "--epoch-batches", "60", *SECONDS),
         ),
     )
 }

@@ -220,11 +220,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--watchdog-s", type=float, default=0.0, help="exit (faulthandler) after this long without a step")
     p.add_argument("--trace-nodes", type=int, default=0, help="a Python tree of this many nodes per step, cached")
     p.add_argument("--trace-keep", type=int, default=60, help="steps whose trees the cache keeps")
+    p.add_argument("--epoch-batches", type=int, default=0, help="batches per epoch (0: one epoch for the whole run)")
+    p.add_argument(
+        "--worker-setup-ms", type=float, default=0.0, help="CPU time each worker spends building the dataset's index"
+    )
+    p.add_argument(
+        "--lightning",
+        action="store_true",
+        help="train with a Lightning Trainer and TrainmonCallback; validation (--eval-every, --eval-batches) "
+        "then reads a loader with the train loader's workers and costs",
+    )
+    p.add_argument("--epochs", type=int, default=0, help="(--lightning) stop after this many epochs")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.lightning:
+        from trainmon.demo import lit
+
+        return lit.main(args)
     import torch
     from torch import nn
     from torch.utils.data import DataLoader
@@ -259,8 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             a.cpu_ms = a.sleep_ms = a.rate_limit = 0.0
             a.cpu_ms = cpu_ms
             a.io_reads, a.io_file, a.remote = 0, None, None
-        size = min(args.steps * args.batch_size + args.batch_size, 50_000)  # epochs repeat in --seconds mode
-        dataset = build_dataset(a, size, rank)
+        dataset = with_worker_setup(build_dataset(a, epoch_size(args), rank), args.worker_setup_ms, workers)
         return DataLoader(
             dataset,
             batch_size=args.batch_size,
@@ -386,6 +400,49 @@ def extra_compute(args: argparse.Namespace, rank: int):
             return h
 
     return ExtraCompute()
+
+
+def epoch_size(args: argparse.Namespace) -> int:
+    """Samples per epoch: --epoch-batches batches, else enough for the whole run (epochs repeat in --seconds mode)."""
+    if args.epoch_batches:
+        return args.epoch_batches * args.batch_size
+    return min(args.steps * args.batch_size + args.batch_size, 50_000)
+
+
+def _build_index(seconds: float) -> dict[int, int]:
+    """CPU work of a fixed duration with a bounded result: what opening a dataset's files costs a process."""
+    index: dict[int, int] = {}
+    end = time.perf_counter() + seconds
+    k = 0
+    while time.perf_counter() < end:
+        index[k & 0xFFFF] = hash((k, "sample"))
+        k += 1
+    return index
+
+
+def with_worker_setup(dataset, setup_ms: float, workers: int):
+    """``dataset`` as many real ones are written: each process that reads it first builds its own index (opens
+    its files or database, reads a manifest), once per process, here ``setup_ms`` of CPU work. Without
+    persistent_workers that happens again in every worker of every epoch."""
+    if not setup_ms or not workers:
+        return dataset
+    from torch.utils.data import Dataset
+
+    class IndexedDataset(Dataset):
+        def __init__(self) -> None:
+            self.pid = -1
+            self.index: dict[int, int] = {}
+
+        def __len__(self) -> int:
+            return len(dataset)
+
+        def __getitem__(self, i: int):
+            if self.pid != os.getpid():
+                self.index = _build_index(setup_ms / 1e3)
+                self.pid = os.getpid()
+            return dataset[i]
+
+    return IndexedDataset()
 
 
 def _evaluate(model, loader, batches: int) -> None:
