@@ -9,6 +9,7 @@ textual-serve's protocol (``["stdin", text]``, ``["resize", {width, height}]``, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import string
@@ -53,7 +54,6 @@ class ScreenServer:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.screens: set[Screen] = set()
-        self.started = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -81,7 +81,8 @@ class ScreenServer:
         refusal = await self._admit()
         if refusal is not None:
             log.warning("refused a screen for %s: %s", request.remote, refusal)
-            await ws.send_str(json.dumps([NOTICE, refusal]))
+            with contextlib.suppress(ConnectionResetError):
+                await ws.send_str(json.dumps([NOTICE, refusal]))
             await ws.close(code=REFUSED, message=b"screen cap")
             return ws
         width = _int(request.query.get("width"), 80, 20, 1000)
@@ -91,20 +92,24 @@ class ScreenServer:
         relay: asyncio.Task[None] | None = None
         try:
             await screen.start(width, height)
-            self.started += 1
             log.info("screen %d started for %s (%d open)", screen.pid, request.remote, len(self.screens))
             relay = asyncio.create_task(screen.relay(lambda: self._screen_ended(ws, screen)))
             await self._from_browser(ws, screen)
+        except ConnectionResetError:
+            pass  # the tab went away mid-message
         except OSError as exc:
             log.error("cannot start a screen: %s", exc)
-            await ws.send_str(json.dumps([NOTICE, f"trainmon could not start a screen: {exc}"]))
+            with contextlib.suppress(ConnectionResetError):
+                await ws.send_str(json.dumps([NOTICE, f"trainmon could not start a screen: {exc}"]))
         finally:
-            await screen.stop()
-            if relay is not None:
-                await relay
-            self.screens.discard(screen)
-            if not ws.closed:
-                await ws.close()
+            try:
+                await screen.stop()
+                if relay is not None:
+                    await relay
+            finally:
+                self.screens.discard(screen)  # whatever happened, the place is free again
+                if not ws.closed:
+                    await ws.close()
         return ws
 
     async def _from_browser(self, ws: web.WebSocketResponse, screen: Screen) -> None:
@@ -132,9 +137,10 @@ class ScreenServer:
         if ws.closed:
             return
         failure = screen.failure()
-        if failure is not None:
-            await ws.send_str(json.dumps([NOTICE, failure]))
-        await ws.close()
+        with contextlib.suppress(ConnectionResetError):
+            if failure is not None:
+                await ws.send_str(json.dumps([NOTICE, failure]))
+            await ws.close()
 
     async def _admit(self) -> str | None:
         """None when a new screen may start; else the message for the page. Screens whose tab closed are still
