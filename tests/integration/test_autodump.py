@@ -132,3 +132,42 @@ def test_a_stopped_process_is_a_hang_and_is_dumped_without_resuming_it(watched, 
         os.kill(job.pid, signal.SIGCONT)
         job.kill()
         job.wait()
+
+
+def test_critical_findings_are_dumped_once_per_run_and_code_within_the_cooldown():
+    from trainmon.diagnose.findings import Finding
+    from trainmon.sources.autodump import AutoDumper
+    from trainmon.store.store import Store
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
+    try:
+        store = Store()
+        store.hello(1, 0.0, {"pid": sleeper.pid})
+        store.hello(2, 0.0, {"pid": 4321, "pid_namespace": "unmapped", "peer_pid": None})
+        store.info(2, 0.0, {"workers": {"loader": 1, "pids": [7, 8]}})
+        dumper = AutoDumper(store.info, cooldown_s=60.0)
+        critical = Finding("stall.periodic", "critical", "x", [], {"run": f"pid {sleeper.pid}"})
+        assert dumper.consider(store, 10.0, [critical, Finding("ok.compute_bound", "ok", "fine")]) == 1
+        assert dumper.consider(store, 20.0, [critical]) == 0  # within the cooldown
+        hang = Finding("stall.hang", "critical", "x", [], {"run": f"pid {sleeper.pid}"})
+        assert dumper.consider(store, 21.0, [hang]) == 1  # another code of the same run
+        assert dumper.consider(store, 71.0, [critical]) == 1  # the cooldown is over
+        nobody = Finding("memory.host_pressure", "critical", "x", [], {})
+        assert dumper.consider(store, 72.0, [nobody]) == 0  # names no run: nothing to dump
+        unmapped = Finding("stall.hang", "critical", "x", [], {"run": "pid 4321"})
+        assert dumper.consider(store, 73.0, [unmapped]) == 1
+        assert dumper.wait_idle(60.0)
+        dumps = store.runs[1].stack_dumps
+        assert [d["reason"] for d in dumps] == ["stall.periodic", "stall.hang", "stall.periodic"]
+        assert all(d["processes"][0]["threads"] and d["processes"][0]["pid"] == sleeper.pid for d in dumps)
+        (other,) = store.runs[2].stack_dumps
+        # Never dumped: no py-spy run (none took any time), every process "n/a (other pid namespace)".
+        assert [(p["role"], p["pid"], p["error"], p["elapsed_ms"]) for p in other["processes"]] == [
+            ("main", 4321, "n/a (other pid namespace)", None),
+            ("worker", 7, "n/a (other pid namespace)", None),
+            ("worker", 8, "n/a (other pid namespace)", None),
+        ]
+        dumper.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
