@@ -54,7 +54,7 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
     m = th.change_min_steps
     if n < 2 * m:
         return None
-    blocks = _blocks(start, end, dur, wait)
+    blocks = _blocks(w, start, end, dur, wait)
     seg, lo, found = 0, 0, None
     for _ in range(MAX_CHANGES):
         split = _best_split(blocks, lo, th)
@@ -67,25 +67,21 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
     return Change(start[k], found.what, found.before, found.after)
 
 
-def _blocks(start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
+def _blocks(w: RunWindow, start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
     n = len(dur)
     size = -(-n // MAX_BLOCKS)
     if size == 1:
         return _Blocks(list(range(n)), list(start), list(end), [1] * n, list(dur), list(wait))
-    b = _Blocks([], [], [], [], [], [])
-    cum_dur = [0.0, *itertools.accumulate(dur)]
-    cum_wait = [0.0, *itertools.accumulate(wait)]
     # Aligned to the end: the latest steps make whole blocks, the oldest block may be short.
     first = n - (n // size) * size
     edges = ([0] if first else []) + list(range(first, n, size))
-    for a, z in zip(edges, [*edges[1:], n], strict=True):
-        b.first.append(a)
-        b.start.append(start[a])
-        b.end.append(end[z - 1])
-        b.steps.append(z - a)
-        b.dur.append(cum_dur[z] - cum_dur[a])
-        b.wait.append(cum_wait[z] - cum_wait[a])
-    return b
+    stops = [*edges[1:], n]
+    sums = w.block_sums(edges, stops) or (
+        [sum(dur[a:z]) for a, z in zip(edges, stops, strict=True)],
+        [sum(wait[a:z]) for a, z in zip(edges, stops, strict=True)],
+    )
+    steps = [z - a for a, z in zip(edges, stops, strict=True)]
+    return _Blocks(edges, [start[a] for a in edges], [end[z - 1] for z in stops], steps, *sums)
 
 
 def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, reach: int) -> int:

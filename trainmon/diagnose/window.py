@@ -170,6 +170,20 @@ class RunWindow:
         exposed = self.exposed_fraction
         return self.wait_fraction if is_nan(exposed) else exposed
 
+    def block_sums(self, edges: list[int], stops: list[int]) -> tuple[list[float], list[float]] | None:
+        """Summed duration and wait of the steady steps [edges[k], stops[k]) (positions in ``columns()``), in O(1)
+        each from the step table's running sums; None when warm-up or another loader's steps lie between them."""
+        if self._rows is None or self._rows[3] is not None:
+            return None
+        steps, first, _, _ = self._rows
+        i = first - (steps.total - len(steps))
+        if i < 0:
+            return None  # trimmed from the table since the window was taken
+        cum_dur, cum_wait, _ = steps.prefix_sums()
+        dur = [cum_dur[i + z] - cum_dur[i + a] for a, z in zip(edges, stops, strict=True)]
+        wait = [cum_wait[i + z] - cum_wait[i + a] for a, z in zip(edges, stops, strict=True)]
+        return dur, wait
+
     def loader_since(self) -> float:
         """Start of the first step of this window's loader after another loader's steps in the window (the job
         switched DataLoaders inside it); nan when none precede it."""
