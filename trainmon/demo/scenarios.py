@@ -149,7 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "--cpu-ms",
                 "0.02",
                 "--width",
-                "1024",
+                "4096",
                 "--persistent",
                 "--hang-after",
                 "8",
