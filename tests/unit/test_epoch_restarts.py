@@ -9,6 +9,7 @@ import pytest
 
 from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
+from trainmon.report import build_report
 from trainmon.report.runs import run_summary
 from trainmon.store.store import Store
 
@@ -146,3 +147,14 @@ def test_thresholds_decide():
     store = _store(_epochs(epochs=20, batches=40))
     th = Thresholds(epoch_restart_share=0.5)
     assert not [f for f in evaluate(store, store.last_t, th) if f.code == "input.epoch_restart"]
+
+
+def test_the_report_weighs_rare_restarts_over_the_run():
+    """A report judges the whole recording: an epoch every ~11 minutes whose workers take 60 s to start is 6 % of
+    it; one whose workers take 3 s is not a finding."""
+    costly = build_report(_store(_epochs(epochs=3, batches=12000, startup_s=60.0)))
+    assert costly["verdict"]["code"] == "input.epoch_restart", costly["timeline"]
+    assert costly["verdict"]["evidence"]["restarts"] == 2 and costly["runs"][0]["epoch_restarts"] == 2
+    cheap = build_report(_store(_epochs(epochs=3, batches=12000, startup_s=3.0)))
+    codes = {cheap["verdict"]["code"]} | {f["code"] for f in cheap["findings"]} | {e["code"] for e in cheap["timeline"]}
+    assert "input.epoch_restart" not in codes and cheap["runs"][0]["epoch_restarts"] == 2
