@@ -236,7 +236,7 @@ def _cpu_finding(
     if cpu_bound and (saturated or full):
         starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
         if full and not saturated:
-            why = f"{n} workers already match the {host.cores} usable cores"
+            why = f"there are already {n} workers for {host.cores} usable cores"
         else:
             why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
         return Finding(
@@ -259,7 +259,8 @@ def _cpu_finding(
             f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on something slow per sample "
             f"(latency), and num_workers is already at its bound ({evidence['num_workers_bound_why']})",
             [
-                f"keep num_workers at {n}: more processes would add memory and context switches, not throughput",
+                f"do not raise num_workers beyond {n}: more processes would add memory and context switches, "
+                "not throughput",
                 "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
                 "or fetch a whole batch at once (__getitems__)",
                 "raise prefetch_factor so each worker keeps more samples in flight",
