@@ -234,6 +234,30 @@ SCENARIOS: dict[str, Scenario] = {
             timeline=("ok.compute_bound", "input.main_process"),
         ),
         Scenario(
+            "late-fed",
+            "input.main_process",
+            "num_workers=0 and 1.5 ms of decoding per sample for 28 s, then cheap samples (a cache now holds them, the "
+            "same DataLoader) for the last 12 s: compute-bound for less than the live window, at the end",
+            (
+                "--workers",
+                "0",
+                "--cpu-ms",
+                "1.5",
+                "--width",
+                "4096",
+                "--switch-at",
+                "0.7",
+                "--switch-in-place",
+                "--switch-cpu-ms",
+                "0",
+                "--seconds",
+                "40",
+                "--steps",
+                "1000000",
+            ),
+            timeline=("input.main_process", "ok.compute_bound"),
+        ),
+        Scenario(
             "lightning",
             "input.too_few_workers",
             "a plain Lightning fit: train and validation loaders with one CPU-bound worker each (1 ms per sample), "

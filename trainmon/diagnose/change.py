@@ -219,7 +219,7 @@ def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWind
     change = latest_change(w, th)
     out: tuple[RunWindow, Change | None] = (w, None)
     if change is not None:
-        # Steps that ended after the first one since the change began: the steps since the change, no reach-back.
+        # The steps that ended after the change began (the first of them is the first after it), no reach-back.
         cut = run_window(run, math.nextafter(change.t, math.inf), t1, min_steps=0, memo=False)
         if cut.steps >= th.min_steps:
             out = (cut, change)
@@ -233,7 +233,7 @@ def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWind
 def _loader_before(run: Run, t: float) -> int | None:
     """The loader that fed the last step ending at or before ``t``."""
     _, j = run.steps.index_range(t, t)
-    return run.steps.loader[j - 1] or None if j > 0 else None
+    return (run.steps.loader[j - 1] or None) if j > 0 else None
 
 
 _latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], tuple[RunWindow, Change | None]]] = (
