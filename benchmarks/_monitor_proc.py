@@ -21,30 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testsupport.fake_pynvml import GIB, FakeNvml
+from benchmarks._fake_gpus import fake_gpus, feeder
 from trainmon.monitor import Monitor
-
-
-def fake_gpus(n: int, pids: list[int]) -> tuple[FakeNvml, list[tuple[int, int]]]:
-    """``n`` busy Hopper-like GPUs (GPM on); each runs two of ``pids`` (a rank and a helper)."""
-    fake = FakeNvml(n, gpm=True, util_gpu=87, util_mem=35, mem_used=60 * GIB)
-    owners: list[tuple[int, int]] = []
-    for i, dev in enumerate(fake.devices):
-        own = [pids[(2 * i) % len(pids)], pids[(2 * i + 1) % len(pids)]] if pids else [1000 + i, 2000 + i]
-        dev.processes = [(own[0], 20 * GIB), (own[1], GIB)]
-        owners.append((i, own[0]))
-    return fake, owners
-
-
-def feeder(fake: FakeNvml, owners: list[tuple[int, int]]):
-    """What a real driver has ready by each tick: sub-second utilisation samples and per-process SM samples."""
-
-    def feed(snapshot: object) -> None:
-        for i, pid in owners:
-            fake.push_util_samples(i, [100, 60, 100, 80, 100, 90], period_us=166_000)
-            fake.push_process_samples(i, [(pid, 85)])
-
-    return feed
 
 
 def summary(monitor: Monitor, recorder: object | None) -> dict:

@@ -193,7 +193,7 @@ class LatencyProbe:
 
 
 def latency(agents: int, rate: float, seconds: float, warmup: float, tmp: str) -> dict:
-    from benchmarks._monitor_proc import fake_gpus, feeder
+    from benchmarks._fake_gpus import fake_gpus, feeder
     from trainmon.monitor import Monitor
     from trainmon.record import Recorder
 

@@ -119,9 +119,11 @@ class Monitor:
         self.agents = AgentServer(self.ingest, address, token=token) if listen else None
         self.extra_pids: dict[int, str] = {}
         self.gpu: GpuSource | None = None
+        self.procs: ProcSource | None = None
         if sources is None:
             self.gpu = GpuSource(nvml_module)
-            sources = [HostSource(), DiskSource(), ProcSource(self.tracked_pids), self.gpu]
+            self.procs = ProcSource(self.tracked_pids)
+            sources = [HostSource(), DiskSource(), self.procs, self.gpu]
         self.sources = sources
         self.source_cost_s: dict[str, float] = {}
         self._failed_sources: set[str] = set()
@@ -224,6 +226,8 @@ class Monitor:
         changes: list[Change] = []  # runs whose live window was cut at a change: the verdict may follow fast
         self.findings = evaluate(self.store, t, self.thresholds, changes=changes)
         verdict = self.tracker.update(t, self.findings, changes)
+        if self.procs is not None:
+            self.procs.set_fast(states_matter(self.findings, verdict))
         if self.autodump is not None:
             self.autodump.consider(self.store, t, self.findings)
         snap = Snapshot(t, self.run_statuses(t), verdict, self.findings, values)
@@ -284,6 +288,19 @@ class Monitor:
                     )
                 )
         return out
+
+
+# Findings whose rules read the thread states (input: workers in D, on the network, the main process's own D;
+# stall: whether the main thread runs): while one stands, the states are looked at 10 times a second.
+STATE_FAMILIES = ("input.", "stall.")
+
+
+def states_matter(findings: list[Finding], verdict: Finding | None) -> bool:
+    """Whether the thread-state sampler should look fast: a finding that reads states, or any verdict that is not
+    plainly fine (a cause may be about to be named). Otherwise one look per tick serves the process table."""
+    if verdict is not None and verdict.severity not in ("ok", "info") and verdict.code != "insufficient_data":
+        return True
+    return any(f.code.startswith(STATE_FAMILIES) for f in findings)
 
 
 class _PySpySource:

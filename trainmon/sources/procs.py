@@ -98,6 +98,8 @@ class ProcSource:
         self._counts: dict[int, list[int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._fast = threading.Event()  # set: the sampler looks hz_states times a second; clear: once per sample()
+        self._fast.set()
         self._thread: threading.Thread | None = None
         self._logged: set[str] = set()
         self._gone: set[int] = set()  # tracked pids already found gone: logged once each
@@ -108,9 +110,24 @@ class ProcSource:
         """{pid: role} as of the last sample."""
         return dict(self._roles)
 
+    @property
+    def fast(self) -> bool:
+        return self._fast.is_set()
+
+    def set_fast(self, fast: bool) -> None:
+        """Look at thread states ``hz_states`` times a second (True), or only once per sample() (False: the
+        sampler thread parks and costs nothing). The Monitor slows it down while no verdict reads the states."""
+        if fast == self._fast.is_set() or self._stop.is_set():
+            return
+        if fast:
+            self._fast.set()
+        else:
+            self._fast.clear()
+
     def close(self) -> None:
         """Stop the state sampler thread. sample() still works afterwards, observing states once per call."""
         self._stop.set()
+        self._fast.set()  # a parked sampler wakes to see the stop
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)
@@ -198,6 +215,12 @@ class ProcSource:
                 delay = 0.0
             if self._stop.wait(delay):
                 return
+            if not self._fast.is_set():  # parked until looks matter again; sample() looks once per call meanwhile
+                self._fast.wait()
+                if self._stop.is_set():
+                    return
+                next_t = time.monotonic()
+                continue
             try:
                 threads = 0
                 self._net.begin_pass()
@@ -272,12 +295,14 @@ class ProcSource:
     def _take_counts(self, pids: tuple[int, ...]) -> dict[int, list[int]]:
         with self._lock:
             counts, self._counts = self._counts, {}
-        # Nothing observed yet (first call, no sampler, or a pid just added): look once now.
-        for pid in pids:
-            if not counts.get(pid, [0])[0]:
-                obs = self._observe(pid)
-                if obs is not None:
-                    counts[pid] = obs[0]
+        # Nothing observed yet (first call, no sampler or a parked one, or a pid just added): look once now.
+        looking = [pid for pid in pids if not counts.get(pid, [0])[0]]
+        if looking:
+            self._net.begin_pass()
+        for pid in looking:
+            obs = self._observe(pid)
+            if obs is not None:
+                counts[pid] = obs[0]
         return counts
 
     # ---- per pid reads ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.events import Resize
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import Footer, Static
 
 from trainmon.tui.collector import FrameThread
@@ -37,12 +38,24 @@ QUIT_CONFIRM_S = 5.0
 ASCII_KEYS = " <> cursor  q quit  ? help  p pause  w window  f focus  d stack  e evidence"
 
 
-class FrameReady(Message):
-    """One frame for every pane, built off the UI thread."""
+@dataclass(frozen=True)
+class Painted:
+    """Every grid widget's rows for one frame, drawn off the UI thread for one geometry."""
 
-    def __init__(self, frame: Frame) -> None:
+    geo: Geometry
+    compact: bool
+    banner: list[Strip]
+    panes: list[list[Strip]]
+    axis: list[Strip]
+
+
+class FrameReady(Message):
+    """One frame for every pane, built and drawn off the UI thread."""
+
+    def __init__(self, frame: Frame, painted: Painted | None = None) -> None:
         super().__init__()
         self.frame = frame
+        self.painted = painted
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, FrameReady)
@@ -182,25 +195,40 @@ class TrainmonApp(App[int]):
             thread.build_now()
 
     def _post_frame(self, frame: Frame) -> None:
-        self.post_message(FrameReady(frame))
+        # On the frame thread: the rows are drawn here too, so the UI thread only swaps them in.
+        painted = None
+        try:
+            painted = self._paint(frame, self.geometry, self.compact)
+        except Exception:
+            log.exception("drawing a frame failed")  # the UI thread draws it again
+        self.post_message(FrameReady(frame, painted))
 
     def on_frame_ready(self, message: FrameReady) -> None:
-        self._apply(message.frame)
+        self._apply(message.frame, message.painted)
 
-    def _apply(self, frame: Frame) -> None:
-        self.frame = frame
-        geo = self.geometry
+    def _paint(self, frame: Frame, geo: Geometry, compact: bool) -> Painted:
+        """Every grid widget's rows for ``frame`` (pure: any thread)."""
         focus = frame.focus
+        panes = []
+        for pane in self.panes:
+            focused = focus == pane.pane
+            small = (compact or focus is not None) and not focused
+            size = Size(compact=small, focused=focused and not compact)
+            panes.append(pane.strips_for(frame, geo, size, with_title=not small))
+        return Painted(
+            geo, compact, self.banner.strips_for(frame, geo, compact), panes, self.axis.strips_for(frame, geo)
+        )
+
+    def _apply(self, frame: Frame, painted: Painted | None = None) -> None:
+        self.frame = frame
+        if painted is None or painted.geo != self.geometry or painted.compact != self.compact:
+            painted = self._paint(frame, self.geometry, self.compact)  # resized since it was drawn
         with self.batch_update():
-            self.banner.show(frame, geo, self.compact)
-            for pane in self.panes:
-                focused = focus == pane.pane
-                compact = (self.compact or focus is not None) and not focused
-                pane.show(
-                    frame, geo, Size(compact=compact, focused=focused and not self.compact), with_title=not compact
-                )
-            self.axis.show(frame, geo)
-            self.table.set_class(focus == "procs", "-focused-pane")
+            self.banner.set_strips(painted.banner)
+            for pane, strips in zip(self.panes, painted.panes, strict=True):
+                pane.set_strips(strips)
+            self.axis.set_strips(painted.axis)
+            self.table.set_class(frame.focus == "procs", "-focused-pane")
             self.table.show(frame.procs)
         self.frames_applied += 1
 

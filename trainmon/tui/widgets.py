@@ -4,6 +4,7 @@ table is a DataTable updated by key, cell by cell."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -14,7 +15,6 @@ from trainmon.tui.lines import (
     PLAIN,
     Geometry,
     Line,
-    Track,
     crop_line,
     grid_strip,
     line_text,
@@ -41,14 +41,20 @@ class GridWidget(Widget):
     def __init__(self, glyphs: Glyphs, **kwargs) -> None:
         super().__init__(**kwargs)
         self.glyphs = glyphs
-        self.geo = Geometry.for_width(80, True)
         self._strips: list[Strip] = []
 
     def set_strips(self, strips: list[Strip]) -> None:
-        if len(strips) != len(self._strips):
-            self.styles.height = max(1, len(strips))
+        """Show ``strips``; only the rows that differ from those shown are repainted (none when nothing changed)."""
+        old = self._strips
         self._strips = strips
-        self.refresh()
+        if len(strips) != len(old):
+            self.styles.height = max(1, len(strips))
+            self.refresh()
+            return
+        width = self.size.width
+        for y, (a, b) in enumerate(zip(old, strips, strict=True)):
+            if a is not b and a != b:
+                self.refresh(Region(0, y, width, 1))
 
     def render_line(self, y: int) -> Strip:
         if 0 <= y < len(self._strips):
@@ -66,16 +72,18 @@ class ChartPane(GridWidget):
     def __init__(self, pane: str, glyphs: Glyphs, **kwargs) -> None:
         super().__init__(glyphs, id=pane, **kwargs)
         self.pane = pane
-        self.tracks: list[Track] = []
 
     def show(self, frame: Frame, geo: Geometry, size: Size, with_title: bool) -> None:
-        self.geo = geo
-        title, self.tracks = BUILDERS[self.pane](frame, geo, self.glyphs, size)
+        self.set_strips(self.strips_for(frame, geo, size, with_title))
+
+    def strips_for(self, frame: Frame, geo: Geometry, size: Size, with_title: bool) -> list[Strip]:
+        """The pane's rows for ``frame``: pure (any thread; the frame thread calls it before the UI needs them)."""
+        title, tracks = BUILDERS[self.pane](frame, geo, self.glyphs, size)
         cursor = frame.axis.cursor_col
         strips: list[Strip] = []
         if with_title:
             strips.append(title_strip(geo, self.glyphs, title, size.focused))
-        for track in self.tracks:
+        for track in tracks:
             if track.text is not None:
                 strips.append(text_strip(geo, self.glyphs, _indent(track.text, geo), "value"))
                 continue
@@ -84,7 +92,7 @@ class ChartPane(GridWidget):
                 gutter = track.gutter[r] if r < len(track.gutter) else ""
                 values = track.values[r] if r < len(track.values) else None
                 strips.append(grid_strip(geo, self.glyphs, gutter, row, values, cursor))
-        self.set_strips(strips)
+        return strips
 
 
 def _indent(line: Line, geo: Geometry) -> Line:
@@ -95,7 +103,9 @@ class Banner(GridWidget):
     """The verdict: severity, code, summary with numbers, advice; below it the verdict history on the time axis."""
 
     def show(self, frame: Frame, geo: Geometry, compact: bool) -> None:
-        self.geo = geo
+        self.set_strips(self.strips_for(frame, geo, compact))
+
+    def strips_for(self, frame: Frame, geo: Geometry, compact: bool) -> list[Strip]:
         g = self.glyphs
         v = frame.verdict
         strips: list[Strip] = []
@@ -122,7 +132,7 @@ class Banner(GridWidget):
             else:
                 strips += [text_strip(geo, g, ln) for ln in wrap_line(advice, geo.width, 2)]
         strips.append(self._strip_row(frame, geo))
-        self.set_strips(strips)
+        return strips
 
     def _strip_row(self, frame: Frame, geo: Geometry) -> Strip:
         g = self.glyphs
@@ -167,7 +177,9 @@ class TimeAxis(GridWidget):
     """Tick labels under the plots, the cursor's instant, and the playback/pause state."""
 
     def show(self, frame: Frame, geo: Geometry) -> None:
-        self.geo = geo
+        self.set_strips(self.strips_for(frame, geo))
+
+    def strips_for(self, frame: Frame, geo: Geometry) -> list[Strip]:
         g = self.glyphs
         axis = frame.axis
         cols = geo.cols
@@ -193,7 +205,7 @@ class TimeAxis(GridWidget):
         strips = [grid_strip(geo, g, state, cells, values, None, gutter_role=role, gutter_bold=True)]
         if frame.notice:
             strips.append(text_strip(geo, g, [(" " * (geo.gutter + 1), None, False), (frame.notice, "warning", True)]))
-        self.set_strips(strips)
+        return strips
 
 
 def fmt_window(window_s: float) -> str:
