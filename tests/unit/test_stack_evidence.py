@@ -73,10 +73,13 @@ def test_damaged_or_crafted_stacks_are_cleaned_or_dropped(tmp_path):
         ]
         * 20,
     }
+    huge = {"t": 10**400, "processes": []}  # JSON integers have no bound; a float does
     record(path, [{"stacks": crafted}, {"stacks": "nope"}, {"stacks": {"t": float("nan"), "processes": []}}])
+    record(str(tmp_path / "huge.tmrec"), [{"stacks": huge}])
     store, _ = load_recording(path)
     dumps = store.runs[1].stack_dumps
     assert len(dumps) == 1  # the other two are not dumps
+    assert load_recording(str(tmp_path / "huge.tmrec"))[0].runs[1].stack_dumps == []
     d = dumps[0]
     assert len(d["reason"]) == 64 and len(d["processes"]) == 8  # 16 entries read, half of them not processes
     proc = d["processes"][0]

@@ -32,9 +32,13 @@ def _int(value: Any) -> int:
 
 
 def _ms(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return round(float(value), 3)
-    return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # an integer too large for a float raises
+    except OverflowError:
+        return None
+    return round(number, 3) if math.isfinite(number) and number >= 0 else None
 
 
 def _frame(raw: Any) -> list[Any] | None:
