@@ -49,6 +49,7 @@ def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
         ],
         "ingest": [],
         "recording_size": [],
+        "stack_dump_cost": [],
     }
 
 
