@@ -9,6 +9,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 
+from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.rules import Thresholds
 from trainmon.labels import status_run_part, status_text
@@ -93,7 +94,7 @@ class ReplayFeed:
         start = self.ticks[0] if self.ticks else (store.first_t or 0.0)
         end = self.ticks[-1] if self.ticks else (store.last_t or start)
         self.clock = ReplayClock(start, end, speed, clock=clock)
-        self._tracker = VerdictTracker(hold_s=self.thresholds.hold_s)
+        self._tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
         self._points: list[VerdictPoint] = []
         self._done = 0  # ticks evaluated so far
         self._lock = threading.Lock()
@@ -121,8 +122,9 @@ class ReplayFeed:
             stop = bisect_right(self.ticks, t)
             while self._done < stop:
                 tick = self.ticks[self._done]
-                findings = evaluate(self.store, tick, self.thresholds)
-                verdict = self._tracker.update(tick, findings)
+                changes: list[Change] = []
+                findings = evaluate(self.store, tick, self.thresholds, changes=changes)
+                verdict = self._tracker.update(tick, findings, changes)
                 self._points.append(VerdictPoint(tick, verdict, findings))
                 self._done += 1
 
