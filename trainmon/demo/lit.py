@@ -1,26 +1,27 @@
-"""The demo training as a plain Lightning fit (``python -m trainmon.demo.train --lightning``).
+"""The demo training as a plain Lightning fit: ``python -m trainmon.demo.lit`` with trainmon.demo.train's options.
 
 A LightningModule, a train and a validation DataLoader over the demo's dataset (the same workers and
 per-sample costs), ``Trainer.fit`` with ``TrainmonCallback``: validation runs inside epochs every
-``--eval-every`` steps, and workers are started again by every epoch and every validation run unless
-``--persistent``.
+``--eval-every`` steps (``--eval-batches`` batches of a validation set as large as an epoch), and workers are
+started again by every epoch and every validation run unless ``--persistent``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import tempfile
 from datetime import timedelta
 
+from trainmon.demo.train import build_dataset, epoch_size, parse, with_worker_setup
 
-def main(args: argparse.Namespace) -> int:
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     import lightning as L
     import torch
     from torch import nn
     from torch.utils.data import DataLoader
-
-    from trainmon.demo.train import build_dataset, epoch_size, with_worker_setup
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -87,3 +88,7 @@ def main(args: argparse.Namespace) -> int:
     trainer.fit(Model(), loader(epoch_size(args), shuffle=True), val if eval_batches else None)
     print("global_step", trainer.global_step, flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ class Scenario:
     ranks: int = 1  # > 1: launched with torch.distributed.run (gloo)
     timeline: tuple[str, ...] = ()  # expected order of verdict changes, where it matters
     status: int = 0  # the training's exit status (a hung one is ended by its own watchdog)
+    module: str = "trainmon.demo.train"  # the training (trainmon.demo.lit: the same, as a Lightning fit)
 
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
@@ -263,7 +264,6 @@ SCENARIOS: dict[str, Scenario] = {
             "a plain Lightning fit: train and validation loaders with one CPU-bound worker each (1 ms per sample), "
             "validation of 10 batches every 50 steps inside 120-batch epochs, workers restarted by every epoch",
             (
-                "--lightning",
                 "--workers",
                 "1",
                 "--cpu-ms",
@@ -276,6 +276,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "10",
                 *SECONDS,
             ),
+            module="trainmon.demo.lit",
         ),
         Scenario(
             "epoch-restart",
@@ -328,7 +329,7 @@ def command(scenario: Scenario, extra: list[str] | None = None) -> list[str]:
             "trainmon.demo.train",
             *args,
         ]
-    return [sys.executable, "-m", "trainmon.demo.train", *args]
+    return [sys.executable, "-m", scenario.module, *args]
 
 
 def _cuda_visible() -> bool:

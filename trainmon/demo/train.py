@@ -224,22 +224,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--worker-setup-ms", type=float, default=0.0, help="CPU time each worker spends building the dataset's index"
     )
-    p.add_argument(
-        "--lightning",
-        action="store_true",
-        help="train with a Lightning Trainer and TrainmonCallback; validation (--eval-every, --eval-batches) "
-        "then reads a loader with the train loader's workers and costs",
-    )
-    p.add_argument("--epochs", type=int, default=0, help="(--lightning) stop after this many epochs")
+    p.add_argument("--epochs", type=int, default=0, help="(python -m trainmon.demo.lit) stop after this many epochs")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.lightning:
-        from trainmon.demo import lit
-
-        return lit.main(args)
     import torch
     from torch import nn
     from torch.utils.data import DataLoader
