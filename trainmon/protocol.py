@@ -271,7 +271,14 @@ _LOADER_FIELDS: dict[str, type] = {
     "multiprocessing_context": str,
     "start_method": str,  # how its workers start: the loader's context, else the process default
     "attached_late": bool,
+    # Read off the batches themselves (agent/_batch.py): how many were read, their samples, and of those holding
+    # token ids how many, and their tokens (attention-mask-aware). Sums, halved past 256 batches.
+    "measured_batches": int,
+    "measured_samples": int,
+    "measured_token_batches": int,
+    "measured_tokens": int,
 }
+FRAMEWORKS = ("transformers", "lightning", "accelerate")
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -408,6 +415,20 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
             "index": index,
             "uuid": str(device.get("uuid") or "")[:80],
             "name": str(device.get("name") or "")[:100],
+        }
+    framework = info.get("framework")
+    if isinstance(framework, dict) and framework.get("name") in FRAMEWORKS:
+        version = framework.get("version")
+        clean["framework"] = {"name": framework["name"], "version": str(version)[:40] if version else None}
+    ident = info.get("dist")
+    if isinstance(ident, dict) and _is_int(rank := ident.get("rank")) and 0 <= rank < 1 << 31:
+        world, local, job = ident.get("world_size"), ident.get("local_rank"), ident.get("job")
+        clean["dist"] = {
+            "rank": rank,
+            "world_size": world if _is_int(world) and 0 < world < 1 << 31 else None,
+            "local_rank": local if _is_int(local) and 0 <= local < 1 << 31 else None,
+            "job_id": str(ident.get("job_id"))[:200] if ident.get("job_id") else None,
+            "job": {str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]} if isinstance(job, dict) else {},
         }
     return clean
 

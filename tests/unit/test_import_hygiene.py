@@ -29,6 +29,8 @@ def test_agent_and_protocol_use_only_the_standard_library(module):
     ours = {m for m in mods if m.startswith("trainmon.")}
     assert ours <= {
         "trainmon.agent",
+        "trainmon.agent._batch",
+        "trainmon.agent._frameworks",
         "trainmon.agent._gc",
         "trainmon.agent._hot",
         "trainmon.agent._sender",

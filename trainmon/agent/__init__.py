@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmon import __version__, protocol
 from trainmon.agent import _gc, _hot
+from trainmon.agent._frameworks import Frameworks
 from trainmon.agent._redact import redact_argv
 from trainmon.agent._sender import Sender, debug
 from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
@@ -57,12 +58,15 @@ class _Agent:
         self.registry = Registry(self.sender.add_control)
         self.hooks = TorchHooks(self.registry)
         self.dist: DistHooks | None = None  # made once the job imports torch.distributed
+        self.frameworks = Frameworks(self.sender.add_control)  # which trainer drives the loop
+        self.identity_sent = False  # the rank and job, told again once a process group exists
         self.sender.on_tick = self._tick
 
     def _tick(self) -> None:
         """Each sender tick: has the job initialised CUDA, or a torch.distributed process group, yet?"""
         try:
             self.hooks.poll_cuda()
+            self.hooks.batches.tick()
         finally:
             if self.dist is None and "torch.distributed" in sys.modules:
                 from trainmon.agent._dist import DistHooks  # only then: `import trainmon.agent` stays as small
@@ -70,20 +74,35 @@ class _Agent:
                 self.dist = DistHooks()
             if self.dist is not None:
                 self.dist.poll()
+                if self.dist.installed and not self.identity_sent:
+                    self.identity_sent = True
+                    self._send_identity()
+
+    def _send_identity(self) -> None:
+        """Launchers that start ranks themselves (Lightning's ``strategy="ddp"``) set the rank's environment after
+        ``attach()`` ran, or only in the ranks they spawn: once the process group exists, its rank, world size and
+        job are told again, so every rank of the job is grouped as one."""
+        ident = _identity()
+        if ident is not None:
+            self.sender.hello.update(ident, global_rank=ident["rank"])
+            self.sender.add_control({"dist": ident})
 
     def start(self) -> None:
         try:
             self.hooks.install()
+            self.frameworks.install()
             _gc.install()
             self.sender.start()
         except BaseException:
             _gc.uninstall()
+            self.frameworks.uninstall()
             self.hooks.uninstall()
             _hot.reset_buffer()
             raise
 
     def stop(self, reason: str) -> None:
         _gc.uninstall()
+        self.frameworks.uninstall()
         self.hooks.uninstall()
         if self.dist is not None:
             self.dist.uninstall()
@@ -169,6 +188,22 @@ def _job_id() -> str | None:
     return env.get("TRAINMON_JOB", "")[:200] or None
 
 
+def _identity() -> dict[str, Any] | None:
+    """The rank, world size and job of a process whose torch.distributed process group is initialised."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        rank, world = int(dist.get_rank()), int(dist.get_world_size())  # type: ignore[union-attr]
+    except Exception:
+        return None
+    return {
+        "rank": rank,
+        "world_size": world,
+        "local_rank": _env_int("LOCAL_RANK"),
+        "job_id": _job_id(),
+        "job": {k: os.environ[k] for k in _RANK_ENV if k in os.environ and not k.endswith("RANK")},
+    }
+
+
 def _hello_extra() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     return {"torch": getattr(torch, "__version__", None), "device": _device_kind()}
@@ -231,6 +266,16 @@ def step() -> None:
         _hot.step()
 
 
+def _framework_seen(name: str, package: str) -> None:
+    """trainmon's framework callbacks say which trainer drives the loop (one made before ``attach()`` ran)."""
+    agent = _agent
+    if agent is not None:
+        try:
+            agent.frameworks.seen(name, package)
+        except Exception:
+            pass
+
+
 def _name_id(name: str) -> int:
     ident = _names.get(name)
     if ident is None:
@@ -279,6 +324,8 @@ def _after_fork_in_child() -> None:
     _hot.reset_buffer()
     if agent is not None:
         try:
+            agent.frameworks.lock = threading.Lock()
+            agent.frameworks.uninstall()
             agent.hooks.lock = threading.Lock()  # the sender thread may have held it at the fork
             agent.hooks.uninstall()
             if agent.dist is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
+from trainmon.agent._batch import BatchProbe
 from trainmon.protocol import K_ITER_START, K_WAIT
 
 if TYPE_CHECKING:
@@ -31,10 +32,13 @@ class Registry:
         self.emit = emit
         self.next_id = 1
         self.worker_pids: dict[int, list[int]] = {}
+        self.configs: dict[int, dict[str, Any]] = {}  # as reported: the measured batch figures are sent with them
+        self.on_iter: Callable[[], None] | None = None  # a new iterator started (the batch probe reads its first)
 
     def register_loader(self, config: dict[str, Any]) -> int:
         lid = self.next_id
         self.next_id += 1
+        self.configs[lid] = config
         self.emit({"loader": dict(config, id=lid)})
         return lid
 
@@ -52,6 +56,8 @@ class Registry:
         if pids and pids != self.worker_pids.get(lid):
             self.worker_pids[lid] = pids
             self.emit({"workers": {"loader": lid, "pids": pids, "t_ns": t0}})
+        if self.on_iter is not None:
+            self.on_iter()
 
 
 def loader_config(loader: Any) -> dict[str, Any]:
@@ -153,6 +159,8 @@ class TorchHooks:
         self._orig_next: Any = None
         self._plain_next: Any = None
         self._cuda_decided = False
+        self.batches = BatchProbe(self)  # samples and tokens read off a few batches (agent/_batch.py)
+        registry.on_iter = self.batches.arm
 
     def install(self) -> None:
         """Patch now if torch is imported, otherwise as soon as it is."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmon.diagnose import rules
+from trainmon.diagnose import advice, rules
 from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
@@ -49,11 +49,13 @@ def evaluate(
     judged = 0
     jobs: dict[tuple[Any, ...], list[RunWindow]] = defaultdict(list)
     input_by_run: dict[int, Finding | None] = {}
+    owners: list[tuple[int, Any]] = []  # (index of a run's first finding, the run): advice in its framework's words
     with store.lock:
         host = host_window(store, t0, t)
         for run in list(store.runs.values()):
             if run.first_seen > t:
                 continue
+            owners.append((len(findings), run))
             if (f := rules.hang(store, run, t, th)) is not None:
                 findings.append(f)  # its window holds only the steps from before it stopped: judge nothing else
                 judged += 1
@@ -97,12 +99,14 @@ def evaluate(
             ):
                 if f is not None:
                     findings.append(f)
+        advice.localise_runs(findings, owners)
         for windows in jobs.values():
+            framework = advice.common_framework(w.run for w in windows)
             slow = rules.straggler(windows, input_by_run, th) if len(windows) > 1 else None
             if slow is not None:
-                findings.append(slow)
+                findings.append(advice.localise(slow, framework))
             if (f := comm_bound(windows, th, straggler_found=slow is not None)) is not None:
-                findings.append(f)
+                findings.append(advice.localise(f, framework))
         if (f := rules.host_memory(host, th)) is not None:
             findings.append(f)
     if judged:

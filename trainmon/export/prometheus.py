@@ -28,6 +28,7 @@ from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import run_label
 from trainmon.metrics import DISK, GPU, HOST, LIMITING_THROTTLE, THROTTLE_REASONS, Family, Field
 from trainmon.protocol import parse_tcp
+from trainmon.store.batches import tokens_per_sample
 
 if TYPE_CHECKING:
     from trainmon.monitor import Snapshot
@@ -139,6 +140,9 @@ class MonitorCollector:
             "trainmon_data_wait_ratio", "share of step time waiting on the DataLoader", labels=labels
         )
         sps = GaugeMetricFamily("trainmon_samples_per_second", "training throughput", labels=labels)
+        tps = GaugeMetricFamily(
+            "trainmon_tokens_per_second", "training throughput in tokens (sequence batches, no padding)", labels=labels
+        )
         rate = GaugeMetricFamily("trainmon_steps_per_second", "steps per second (last 5 s)", labels=labels)
         steps = CounterMetricFamily("trainmon_steps", "training steps completed", labels=labels)
         drops = CounterMetricFamily(
@@ -156,6 +160,7 @@ class MonitorCollector:
             labels=[*labels, "code", "severity"],
         )
         idents = self._identities()
+        per_sample = self._tokens_per_sample()
         for r in snap.runs:
             job_id, node = idents.get(r.run_id, ("", self.host))
             lv = [self.host, node, job_id, "" if r.rank is None else str(r.rank), str(r.pid), r.name]
@@ -165,6 +170,8 @@ class MonitorCollector:
                 wait.add_metric(lv, r.wait_fraction)
             if _ok(r.samples_per_s):
                 sps.add_metric(lv, r.samples_per_s)
+                if _ok(tokens := r.samples_per_s * per_sample.get(r.run_id, math.nan)):
+                    tps.add_metric(lv, tokens)
             rate.add_metric(lv, r.steps_per_s)
             steps.add_metric(lv, r.steps)
             drops.add_metric(lv, r.dropped_records)
@@ -174,13 +181,22 @@ class MonitorCollector:
             top = run_finding(snap.findings, run_label(r.rank, r.pid))
             if top is not None:
                 verdict.add_metric([*lv, top.code, top.severity], 1.0)
-        yield from (step, wait, sps, rate, steps, drops, up, on_gpu, verdict)
+        yield from (step, wait, sps, tps, rate, steps, drops, up, on_gpu, verdict)
 
     def _identities(self) -> dict[int, tuple[str, str]]:
         """(job id, node) of each run of the store, by run id."""
         store = self.monitor.store
         with store.lock:
             return {run_id: (run.job_id, run.node) for run_id, run in store.runs.items()}
+
+    def _tokens_per_sample(self) -> dict[int, float]:
+        """Tokens per sample of each run's train loader (sequence batches; NaN for others), by run id."""
+        store = self.monitor.store
+        with store.lock:
+            return {
+                run_id: tokens_per_sample(train.config) if (train := run.train_loader()) else math.nan
+                for run_id, run in store.runs.items()
+            }
 
     def _verdict(self) -> Iterator[Any]:
         snap = self.monitor.last_snapshot

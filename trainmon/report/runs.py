@@ -7,7 +7,8 @@ from typing import Any
 
 from trainmon.diagnose.window import quantile
 from trainmon.numbers import rounded
-from trainmon.report.schema import EpochRestarts, LoaderConfig, RunSummary
+from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, RunSummary
+from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
 
 
@@ -16,11 +17,12 @@ def loader_config(config: dict[str, Any]) -> LoaderConfig | None:
     if not config:
         return None
     return {
-        "batch_size": config.get("batch_size"),
+        "batch_size": batch_size(config),
         "num_workers": config.get("num_workers"),
         "pin_memory": config.get("pin_memory"),
         "prefetch_factor": config.get("prefetch_factor"),
         "persistent_workers": config.get("persistent_workers"),
+        "batch_size_measured": batch_measured(config),  # read off the batches: the loader has no batch_size
     }
 
 
@@ -67,6 +69,8 @@ def run_summary(run: Run) -> RunSummary:
             exposed += steps.exposed[k]
             exposed_wait += steps.exposed_wait[k]
     train = run.train_loader()
+    samples_per_s = samples / total if total > 0 and samples else math.nan
+    per_sample = tokens_per_sample(train.config) if train is not None else math.nan
     return {
         "pid": run.pid,
         "agent_pid": run.agent_pid,
@@ -83,7 +87,8 @@ def run_summary(run: Run) -> RunSummary:
         "data_wait_fraction": rounded(wait / total if total > 0 else math.nan, 4),
         "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
         "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
-        "samples_per_s": rounded(samples / total if total > 0 and samples else math.nan, 2),
+        "samples_per_s": rounded(samples_per_s, 2),
+        "tokens_per_s": rounded(samples_per_s * per_sample, 1),
         "dataloader": loader_config(train.config if train is not None else {}),
         "loaders": len(run.loaders),
         "worker_pids": run.worker_pids(),
@@ -96,4 +101,14 @@ def run_summary(run: Run) -> RunSummary:
         "dropped_records": run.dropped_records,
         "argv": run.hello.get("argv"),
         "job": {"id": run.job_id, "node": run.node, "global_rank": run.rank},
+        "framework": framework(run),
     }
+
+
+def framework(run: Run) -> Framework | None:
+    """The trainer that drove the run's loop, as the agent saw it made (None: a plain PyTorch loop)."""
+    fw = run.framework
+    if not fw or not isinstance(fw.get("name"), str):
+        return None
+    version = fw.get("version")
+    return {"name": fw["name"], "version": version if isinstance(version, str) else None}

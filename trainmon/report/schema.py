@@ -36,6 +36,7 @@ class LoaderConfig(TypedDict):
     pin_memory: bool | None
     prefetch_factor: int | None
     persistent_workers: bool | None
+    batch_size_measured: bool  # batch_size was read off the batches (the loader has none: a batch sampler makes them)
 
 
 class JobIdentity(TypedDict):
@@ -44,6 +45,13 @@ class JobIdentity(TypedDict):
     id: str  # "" for a lone process
     node: str  # the node the rank trains on (TRAINMON_NODE, else its host name)
     global_rank: int | None
+
+
+class Framework(TypedDict):
+    """The trainer that drove a run's loop: "transformers", "lightning" or "accelerate", and its version."""
+
+    name: str
+    version: str | None
 
 
 class ProcessFigures(TypedDict):
@@ -79,6 +87,7 @@ class RunSummary(EpochRestarts):
     exposed_wait_fraction: float | None  # share of step time the GPU sat idle because of waits (CUDA only)
     comm_fraction: float | None  # share of step time blocked in collectives (None: no communication measured)
     samples_per_s: float | None
+    tokens_per_s: float | None  # sequence batches: tokens (attention-mask-aware) per second of steady state
     dataloader: LoaderConfig | None
     loaders: int
     worker_pids: list[int]  # in the monitor's pid namespace (the workers that could be mapped)
@@ -90,6 +99,7 @@ class RunSummary(EpochRestarts):
     dropped_records: int
     argv: list[str] | None
     job: JobIdentity
+    framework: Framework | None  # None: a plain PyTorch loop
 
 
 class RunRow(RunSummary):

@@ -37,6 +37,7 @@ from trainmon.protocol import (
     K_STEP,
     K_WAIT,
 )
+from trainmon.store.batches import batch_size
 from trainmon.store.gcspans import GcSpans
 from trainmon.store.restarts import Restarts
 from trainmon.store.stacks import clean_stacks
@@ -81,6 +82,11 @@ class LoaderInfo:
                 out.extend((pid, a, b) for pid in pids if pid)
         return out
 
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per batch: the loader's own setting, else the mean the agent measured on its batches."""
+        return batch_size(self.config)
+
 
 class Run:
     def __init__(self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000) -> None:
@@ -96,6 +102,7 @@ class Run:
         self.loaders: dict[int, LoaderInfo] = {}
         self.names: dict[int, str] = {}
         self.device: str | None = hello.get("device")
+        self.framework: dict[str, Any] | None = None  # the trainer that drives the loop: {"name", "version"}
         self.steps = Steps(cap)
         self.checkpoints: list[tuple[float, float]] = []
         self.marks: list[tuple[float, str]] = []
@@ -265,6 +272,10 @@ class Run:
             self.ended = bye[:32]
         if isinstance(device := info.get("cuda_device"), dict):
             self.cuda_device = device
+        if isinstance(framework := info.get("framework"), dict):
+            self.framework = framework
+        if isinstance(ident := info.get("dist"), dict):  # the rank and job, once its process group exists
+            self.hello = {**self.hello, **ident, "global_rank": ident.get("rank")}
         if (dump := clean_stacks(info.get("stacks"))) is not None:
             self.stack_dumps.append(dump)
             del self.stack_dumps[:-MAX_STACK_DUMPS]
@@ -428,7 +439,7 @@ class Run:
             self._discount_gc(array("d", map(ns, t0s[0::period])), array("d", map(ns, t1s[0::period])), raw_wait)
         # A wait is longer than its step only when it began before the step did (rare): cap those.
         wait = array("d", map(min, raw_wait, dur)) if any(map(operator.gt, raw_wait, dur)) else raw_wait
-        batch = train.config.get("batch_size")
+        batch = train.batch_size
         self.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
         train.batches += m
         train.wait_s = sum(raw_wait, train.wait_s)
@@ -569,7 +580,7 @@ class Run:
 
     def _close(self, start: float, end: float) -> None:
         train = self.loaders.get(self._train) if self._train is not None else None
-        batch = train.config.get("batch_size") if train is not None else None
+        batch = train.batch_size if train is not None else None
         samples = self._cur_batches * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self._warm_until
         wait = min(self._cur_wait, end - start)

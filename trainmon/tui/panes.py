@@ -147,6 +147,7 @@ def _run_track(run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: i
         _lbl(" · "),
         _val(fmt_num(v.samples_s, 0)),
         _lbl(" samples/s"),
+        *_tokens(v.tokens_s),
     ]
     steps_line: Line = [_lbl("steps "), _val(str(v.steps_total)), _lbl(" · "), _val(fmt_num(v.steps_s, 1)), _lbl("/s")]
     if many:
@@ -209,8 +210,14 @@ def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int) -> Trac
     top = nice_top(run.samples_s, 1.0)
     rows = area(run.samples_s if glyphs.braille else _cols(run.samples_s, frame), top, height, "rate", glyphs)
     v = run.values
-    values: list[Line] = [[_lbl("samples/s "), _val(fmt_num(v.samples_s, 0), "rate", True)], [_lbl(run.loader or "")]]
+    rate: Line = [_lbl("samples/s "), _val(fmt_num(v.samples_s, 0), "rate", True), *_tokens(v.tokens_s)]
+    values: list[Line] = [rate, [_lbl(run.loader or "")]]
     return Track(["thru", fmt_num(top, 0)], rows, values[:height])
+
+
+def _tokens(tokens_s: float) -> Line:
+    """ " · 12.8k tok/s" beside samples/s for sequence batches (nothing for others)."""
+    return [_lbl(" · "), _val(fmt_num(tokens_s, 1)), _lbl(" tok/s")] if finite(tokens_s) else []
 
 
 # ---------------------------------------------------------------- GPU

@@ -37,7 +37,7 @@ def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols:
         run.name,
         run.pid,
         state,
-        loader_summary(info.config) if (info := run.train_loader()) is not None else "",
+        loader_summary(dict(info.config, batch_size=info.batch_size)) if (info := run.train_loader()) else "",
         wait_ms,
         compute_ms,
         rate,

@@ -66,6 +66,7 @@ class RunValues:
     compute_ms: float = NAN
     wait_pct: float = NAN
     samples_s: float = NAN
+    tokens_s: float = NAN  # sequence batches: non-padding tokens per second
     steps_s: float = NAN
     steps_total: int = 0
 

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from trainmon.numbers import NAN, known
+from trainmon.store.batches import tokens_per_sample
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.view.frames import RunValues
@@ -115,6 +116,9 @@ def run_values(run: Run, t: float, span: float = CURSOR_SPAN_S) -> RunValues:
     v.wait_pct = w / dur * 100.0 if dur > 0 else NAN
     covered = min(span, max(1e-9, t - s.start[i]))
     v.samples_s = sum(s.samples[i:j]) / covered
+    train = run.train_loader()
+    if train is not None:
+        v.tokens_s = v.samples_s * tokens_per_sample(train.config)
     v.steps_s = cnt / covered
     return v
 

@@ -1,0 +1,126 @@
+"""Advice in the words of the framework that drives the loop.
+
+The rules write their advice for a plain PyTorch loop: ``DataLoader(num_workers=4)``, ``persistent_workers=True``,
+``pin_memory=True``, ``prefetch_factor``, a copy ``.to(device, non_blocking=True)``. A ``transformers.Trainer`` user
+sets none of these on a DataLoader: the Trainer builds it from ``TrainingArguments(dataloader_num_workers=...)``.
+A Lightning user sets them on the DataLoader their ``train_dataloader()`` returns; an accelerate user on the
+DataLoader they pass to ``accelerator.prepare``. ``localise`` rewrites each of those knobs in a finding's advice
+(and its summary) into the run's framework's own (see ``KNOBS``); plain PyTorch keeps the rules' text. Every
+rewrite is idempotent, so a finding that quotes another's advice (``dist.straggler``) can be localised again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainmon.diagnose.findings import Finding
+
+LOADER_KNOBS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
+# A DataLoader setting named on its own (not already prefixed, not an attribute, not part of a longer name).
+_KNOB = re.compile(r"(?<![\w.])(" + "|".join(LOADER_KNOBS) + r")\b")
+_COPY = re.compile(r"\s*(?:and )?copy with \.to\(device, non_blocking=True\)")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Where a framework's user sets the DataLoader settings, and what they are called there."""
+
+    prefix: str  # what the framework puts before a DataLoader setting's name
+    constructor: str  # what takes them
+    placed: str  # a line of advice holding this says where already
+    where: str  # else this is appended to a line that names a setting
+    copy: str  # in place of "copy with .to(device, non_blocking=True)"
+
+
+KNOBS: dict[str, Knobs] = {
+    "transformers": Knobs(
+        "dataloader_",
+        "TrainingArguments",
+        "TrainingArguments",
+        " (in TrainingArguments)",
+        ' and accelerator_config={"non_blocking": True} in TrainingArguments (the Trainer copies each batch itself)',
+    ),
+    "lightning": Knobs(
+        "",
+        "DataLoader",
+        "_dataloader()",
+        " (on the DataLoader that train_dataloader() returns, in the LightningModule or DataModule)",
+        " (Lightning copies each batch to the GPU with non_blocking=True itself)",
+    ),
+    "accelerate": Knobs(
+        "",
+        "DataLoader",
+        "accelerator.prepare",
+        " (on the DataLoader passed to accelerator.prepare())",
+        " and Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))",
+    ),
+}
+_LIGHTNING_BOTH = " (on the DataLoaders that train_dataloader() and val_dataloader() return)"
+# Advice a framework adds to a finding: the fix in that framework's own terms that the rules cannot name.
+EXTRA: dict[tuple[str, str], str] = {
+    ("transformers", "input.main_process"): (
+        "or tokenize once before training (datasets.Dataset.map(tokenize, batched=True, num_proc=N)) rather "
+        "than in __getitem__: the Trainer's loader then only pads and stacks"
+    ),
+    ("transformers", "input.workers_cpu"): (
+        "tokenize once before training (datasets.Dataset.map(tokenize, batched=True, num_proc=N)) rather than "
+        "in __getitem__ on every epoch"
+    ),
+}
+
+
+def knob_text(framework: str, knob: str, value: str) -> str:
+    """How ``framework``'s user sets DataLoader setting ``knob`` to ``value`` (the README's table)."""
+    k = KNOBS[framework]
+    return advice_line(f"DataLoader({knob}={value})", framework) if knob in LOADER_KNOBS else k.copy.strip()
+
+
+def localise(finding: Finding, framework: str | None) -> Finding:
+    """``finding`` with its advice (and summary) in ``framework``'s knobs; unchanged for plain PyTorch."""
+    if framework not in KNOBS:
+        return finding
+    advice = [advice_line(text, framework) for text in finding.advice]
+    extra = EXTRA.get((framework, finding.code))
+    if extra and extra not in advice:
+        advice.append(extra)
+    summary = _rename(finding.summary, KNOBS[framework])
+    if advice == finding.advice and summary == finding.summary:
+        return finding
+    return replace(finding, advice=advice, summary=summary)
+
+
+def advice_line(text: str, framework: str) -> str:
+    """One line of advice in ``framework``'s knobs, with where they are set when the line names one."""
+    k = KNOBS[framework]
+    out = _COPY.sub(k.copy, text).replace("DataLoader(", k.constructor + "(")
+    out = _rename(out, k)
+    if _KNOB.search(text) or "DataLoader(" in text:
+        placed, where = k.placed, k.where
+        if framework == "lightning" and "validation" in out:
+            placed, where = "val_dataloader()", _LIGHTNING_BOTH
+        if placed not in out:
+            out += where
+    return out
+
+
+def _rename(text: str, k: Knobs) -> str:
+    return _KNOB.sub(k.prefix + r"\1", text) if k.prefix else text
+
+
+def common_framework(runs: Iterable[Any]) -> str | None:
+    """The framework every one of ``runs`` (objects with ``framework``) reported, else None."""
+    names = {(run.framework or {}).get("name") for run in runs}
+    return names.pop() if len(names) == 1 else None
+
+
+def localise_runs(findings: list[Finding], owners: Sequence[tuple[int, Any]]) -> None:
+    """Localise ``findings`` in place, each by the framework of the run that owns it: ``owners`` lists, in order,
+    (index of the run's first finding, the run)."""
+    for k, (start, run) in enumerate(owners):
+        end = owners[k + 1][0] if k + 1 < len(owners) else len(findings)
+        name = (run.framework or {}).get("name")
+        for i in range(start, end):
+            findings[i] = localise(findings[i], name)
