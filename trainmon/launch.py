@@ -18,7 +18,7 @@ import sys as _sys
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _saved_path = list(_sys.path)
 _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
-_sys.modules.pop("sitecustomize", None)
+_this = _sys.modules.pop("sitecustomize", None)
 try:
     import sitecustomize  # noqa: F401 - the user's own, if any
 except ImportError:
@@ -27,6 +27,8 @@ except Exception as _exc:
     _sys.stderr.write(f"sitecustomize failed: {_exc!r}\\n")
 finally:
     _sys.path[:] = _saved_path
+    if _this is not None:  # the import system reads a module back from sys.modules once its body has run
+        _sys.modules.setdefault("sitecustomize", _this)
 try:
     import trainmon.agent as _agent
 

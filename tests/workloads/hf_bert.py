@@ -5,8 +5,9 @@ map-style dataset that cleans and tokenizes each text in ``__getitem__``, dynami
     python hf_bert.py OUTPUT_DIR [--callback] [--attach] [--accum N] [--max-steps N] [--batch N]
 
 ``--callback`` passes trainmon's TrainmonCallback; ``--attach`` calls ``trainmon.agent.attach()`` before the
-Trainer is made (neither: run it under ``trainmon run``). Prints one JSON line: the optimizer steps, and the
-samples/s and tokens/s (non-padding tokens) its own model counted from the sixth optimizer step to the last.
+Trainer is made (neither: run it under ``trainmon run``). Prints one JSON line: the optimizer steps, the
+samples/s and tokens/s (non-padding tokens) its own model counted from the sixth optimizer step to the last, how
+many evaluations ran and how many TrainmonCallbacks the Trainer holds.
 """
 
 import argparse
@@ -76,9 +77,13 @@ class Clock(TrainerCallback):
 
     def __init__(self) -> None:
         self.ends: list[tuple[float, int, int]] = []
+        self.evaluations = 0
 
     def on_step_end(self, args, state, control, **kw):
         self.ends.append((time.perf_counter(), Counting.samples, Counting.tokens))
+
+    def on_evaluate(self, args, state, control, **kw):
+        self.evaluations += 1
 
 
 def main() -> None:
@@ -142,7 +147,10 @@ def main() -> None:
                 "global_step": trainer.state.global_step,
                 "samples_per_s": (s1 - s0) / (t1 - t0),
                 "tokens_per_s": (k1 - k0) / (t1 - t0),
-                "tokens_per_sample": Counting.tokens / Counting.samples,
+                "evaluations": clock.evaluations,
+                "trainmon_callbacks": [type(cb).__name__ for cb in trainer.callback_handler.callbacks].count(
+                    "TrainmonCallback"
+                ),
             }
         ),
         flush=True,
