@@ -44,7 +44,7 @@ from benchmarks._common import (
 )
 from testsupport.procs import PY, child_env, force_stop, force_stop_all, wait_for_path
 
-GLANCES = "glances==4.5.8"
+GLANCES = "glances==4.5.8"  # as pinned in constraints/dev.txt
 MONITOR = str(BENCH / "_monitor_proc.py")
 AGENT = str(BENCH / "_agent_load.py")
 RSS_LIMIT_MB = 150.0
@@ -92,7 +92,7 @@ class Load:
         return out
 
 
-def start_recorder(load: Load, interval: float) -> tuple[subprocess.Popen, str]:
+def start_recorder(load: Load, interval: float, gpus: int = 8) -> tuple[subprocess.Popen, str]:
     summary = os.path.join(load.tmp, "record-summary.json")
     proc = subprocess.Popen(
         [
@@ -106,7 +106,7 @@ def start_recorder(load: Load, interval: float) -> tuple[subprocess.Popen, str]:
             "--interval",
             str(interval),
             "--gpus",
-            "8",
+            str(gpus),
             "--track",
             load.track_file,
             "--summary",
@@ -134,10 +134,14 @@ def tmux(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30)
 
 
-def tmux_start(name: str, command: list[str], env: dict[str, str], pidfile: str) -> int:
-    """A detached 120×40 tmux session running ``command``; returns the command's pid."""
-    exports = " ".join(f"{k}={_q(v)}" for k, v in env.items() if k in ("PYTHONPATH", "PATH", "HOME", "LANG"))
+def tmux_start(name: str, command: list[str], env: dict[str, str], pidfile: str, quiet: bool = False) -> int:
+    """A detached 120×40 tmux session running ``command``; returns the command's pid. ``quiet``: its stderr
+    goes nowhere (a competitor's start-up warnings would stay on the screen)."""
+    keep = ("PYTHONPATH", "PATH", "HOME", "LANG")
+    exports = " ".join(f"{k}={_q(v)}" for k, v in env.items() if k in keep or k.startswith("TM_BENCH_"))
     shell = f"echo $$ > {_q(pidfile)}; exec env TERM=xterm-256color {exports} " + " ".join(_q(c) for c in command)
+    if quiet:
+        shell += " 2>/dev/null"
     res = tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", shell)
     if res.returncode != 0:
         raise RuntimeError(f"tmux new-session failed: {res.stderr.strip()}")

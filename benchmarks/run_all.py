@@ -1,4 +1,4 @@
-"""``make bench``: every issue-6 benchmark on this machine, one table, and benchmarks/results.md.
+"""``make bench``: every benchmark of the README's Overhead table on this machine, one table, and benchmarks/results.md.
 
 Each benchmark runs as its own process (``--json`` rows collected here), one after the other so they never
 compete with each other; what else was running on the host is written down with the results.
@@ -27,30 +27,19 @@ RESULTS = BENCH / "results.md"
 
 
 def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
-    cost = ["--soak-minutes", str(soak_minutes)] if soak_minutes else []
-    return {
+    out: dict[str, list[str]] = {
         "agent_overhead": [],
         "vs_traceml": [],
-        "monitor_cost": cost,
-        # The same recorder at an everyday load, for scale: 8 ranks at 10 steps/s, 32 workers.
-        "monitor_cost:typical": [
-            "--agents",
-            "8",
-            "--rate",
-            "10",
-            "--tracked",
-            "32",
-            "--phases",
-            "record",
-            "--warmup",
-            "15",
-            "--label",
-            ", 8 ranks × 10 steps/s",
-        ],
+        # trainmon's TUI beside nvitop and glances (tmux 120×40), trainmon record beside glances --stdout:
+        # one healthy training (2 ranks × 10 steps/s, 1 GPU), then 16 ranks × 1000 steps/s on 8 GPUs.
+        "side_by_side:everyday": ["--load", "everyday"],
+        "side_by_side:heavy": ["--load", "heavy"],
         "ingest": [],
         "recording_size": [],
-        "stack_dump_cost": [],
     }
+    if soak_minutes:  # RSS over a long window, recorder and TUI under the heavy load
+        out["monitor_cost"] = ["--soak-minutes", str(soak_minutes)]
+    return out
 
 
 def run_one(name: str, extra: list[str], tmp: str) -> tuple[list[Row], float]:
@@ -104,7 +93,7 @@ def markdown(rows: list[Row], context: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--soak-minutes", type=float, default=0.0, help="monitor_cost soak length (default: 30 s run)")
+    ap.add_argument("--soak-minutes", type=float, default=0.0, help="also a monitor_cost soak of this many minutes")
     ap.add_argument("--only", nargs="*", default=None, help="run only these benchmarks")
     ap.add_argument("--no-write", action="store_true", help="do not rewrite benchmarks/results.md")
     args = ap.parse_args()

@@ -8,7 +8,6 @@ calls the functions below instead of the library's symbols. Set by monitor_cost.
 ``TM_BENCH_GPUS`` (how many GPUs) and ``TM_BENCH_TRACK`` (a file of the pids that run on them).
 """
 
-# ruff: noqa: N816 (the binding's names)
 from __future__ import annotations
 
 import importlib.machinery as _machinery
@@ -23,9 +22,7 @@ from benchmarks._fake_gpus import feeder as _feeder
 from testsupport import fake_pynvml as _fake_module
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
-_spec = _machinery.PathFinder.find_spec(
-    "pynvml", [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
-)
+_spec = _machinery.PathFinder.find_spec("pynvml", [p for p in _sys.path if _os.path.abspath(p or ".") != _here])
 if _spec is not None and _spec.loader is not None:
     _real = _util.module_from_spec(_spec)
     _spec.loader.exec_module(_real)
@@ -36,10 +33,12 @@ else:
 
 globals().update({k: v for k, v in vars(_fake_module).items() if k.startswith(_fake_module._EXPORTED)})
 NVMLError = _fake_module.NVMLError
+NVML_ERROR_NOT_SUPPORTED = _fake_module.NVML_ERROR_NOT_SUPPORTED
 globals().update({k: v for k, v in vars(_fake_module).items() if k.startswith("NVMLError_")})
 
 _track = _os.environ.get("TM_BENCH_TRACK")
-_pids = [int(p) for p in open(_track).read().split()] if _track else []
+with open(_track or _os.devnull) as _fh:
+    _pids = [int(p) for p in _fh.read().split()]
 _fake, _owners = _fake_gpus(int(_os.environ.get("TM_BENCH_GPUS", "8")), _pids)
 _feed_every(_feeder(_fake, _owners), 1.0)
 
