@@ -130,6 +130,7 @@ class Run:
         self._seen_any_wait = False
         self._last_wait_loader: int | None = None
         self._pending_wait: dict[int, tuple[float, int]] = {}  # other loaders' waits since the last step
+        self._train_ended = False  # the train loader's iterator ended since the last step
 
     # ------------------------------------------------------------ identity
 
@@ -549,8 +550,11 @@ class Run:
                 self.eval_wait_s -= self._cur_wait
                 self._cur_start = self._cur_start if self._cur_start is not None else self._last_end
             self._pending_wait.clear()
-            if self._seen_any_wait and self._cur_batches == 0:
-                return  # another optimizer of the same iteration
+            if self._seen_any_wait and self._cur_batches == 0 and not self._train_ended:
+                # Another optimizer of the same iteration; unless the iterator ended since the last step: a loader
+                # that fetches one batch ahead (accelerate's DataLoaderShard) hands out its last one after that.
+                return
+        self._train_ended = False
         start = self._cur_start if self._cur_start is not None else self._last_end
         if start is None:
             start = t
@@ -558,6 +562,7 @@ class Run:
         self._cur_start = t
 
     def _on_iter_end(self, lid: int, t: float, t1: float) -> None:
+        self._train_ended = self._train_ended or lid == self._train
         self.restarts.iter_end(self._bounded(lid), t, t1)
         if lid == self._train and self.mode == "next" and self._cur_start is not None:
             self._close(self._cur_start, t)
