@@ -13,12 +13,10 @@ the batch; once the round's batches are read, the plain wrapper is put back.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from trainmon.agent._torch_hooks import TorchHooks
+from typing import Any, Protocol
 
 FIRST_BATCHES = 3  # read at each new iterator
 ROUND_BATCHES = 2  # read per periodic round
@@ -147,10 +145,34 @@ class Stats:
         return True
 
 
+class _Registry(Protocol):
+    @property
+    def configs(self) -> dict[int, dict[str, Any]]: ...
+
+    @property
+    def emit(self) -> Callable[[dict[str, Any]], None]: ...
+
+
+class Hooks(Protocol):
+    """What the probe reads of ``_torch_hooks.TorchHooks`` (named here, not imported: that module imports this one)."""
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def installed(self) -> bool: ...
+
+    @property
+    def _it_cls(self) -> Any: ...
+
+    @property
+    def registry(self) -> _Registry: ...
+
+
 class BatchProbe:
     """Arms and disarms the measuring ``__next__`` of ``hooks``; reports each loader's means with its config."""
 
-    def __init__(self, hooks: TorchHooks) -> None:
+    def __init__(self, hooks: Hooks) -> None:
         self.hooks = hooks
         self.stats: dict[int, Stats] = {}
         self.left = 0  # batches still to read in this round
