@@ -83,7 +83,7 @@ async def test_snapshot_compact_80x24(tmp_path):
 @aio
 async def test_snapshot_cursor_before_the_cause_changed(tmp_path):
     app = make_app(store=timeline_store(120.0, switch_at=60.0, gpus=2))
-    keys = ("left", "shift+left", "shift+left", "shift+left", "shift+left", "shift+left")
+    keys = ("left", *("shift+left",) * 9)
     check_snapshot("cursor_120x40", await _shot(app, (120, 40), keys), tmp_path)
 
 
