@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     device = torch.device(args.device)
-    model: nn.Module = nn.Sequential(
+    layers = nn.Sequential(
         nn.Linear(args.features, args.width),
         nn.ReLU(),
         nn.Linear(args.width, args.width),
@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         nn.Linear(args.width, 10),
     ).to(device)
     if args.extra_matmuls:
-        model.insert(2, extra_compute(args, rank))  # on every rank, so parameter names match across ranks
+        layers.insert(2, extra_compute(args, rank))  # on every rank, so parameter names match across ranks
+    model: nn.Module = layers
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
