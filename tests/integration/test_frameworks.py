@@ -94,7 +94,7 @@ def test_transformers_trainer_under_trainmon_run_with_gradient_accumulation(tmp_
     (run,) = [r for r in report["runs"] if r["steps"]]
     _check_run(run, own[0], "transformers")
     assert own[0]["trainmon_callbacks"] == 1
-    assert run["dataloader"]["batch_size_measured"] is True
+    assert run["batch_size_source"] == "batches"
     assert _phases(rec, "eval") == [own[0]["evaluations"]] and own[0]["evaluations"] >= 3  # eval_steps=40
     verdict = report["verdict"]
     assert verdict["code"] == "input.main_process"
@@ -159,7 +159,7 @@ def test_accelerate_launch_ranks_are_one_job(tmp_path):
     assert report["idle_processes"], "the launcher attached but never trained"
     for run in runs:
         _check_run(run, own[run["rank"]], "accelerate")
-        assert run["dataloader"]["batch_size_measured"] is True  # prepare() shards the batches: no batch_size
+        assert run["batch_size_source"] == "batches"  # prepare() shards the batches: no batch_size
     verdict = report["verdict"]
     assert verdict["code"] == "input.main_process"
     assert "accelerator.prepare()" in verdict["advice"][0]

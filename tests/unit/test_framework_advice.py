@@ -175,7 +175,7 @@ def test_tokens_per_second_in_the_report_screen_and_prometheus():
 
     store = _with_framework(_measured_store(), "accelerate")
     (run,) = build_report(store)["runs"]
-    assert run["dataloader"]["batch_size"] == 8 and run["dataloader"]["batch_size_measured"] is True
+    assert run["dataloader"]["batch_size"] == 8 and run["batch_size_source"] == "batches"
     assert run["samples_per_s"] == pytest.approx(8 / 0.05, rel=0.01)  # a batch of 8 every 50 ms
     assert run["tokens_per_s"] == pytest.approx(run["samples_per_s"] * 64, rel=0.01)  # 512 tokens a batch
     assert run["framework"] == {"name": "accelerate", "version": "9.9"}
@@ -196,6 +196,7 @@ def test_tokens_per_second_in_the_report_screen_and_prometheus():
     plain = uniform_store(wait_ms=30, workers=0)
     (run,) = build_report(plain)["runs"]
     assert run["tokens_per_s"] is None and run["framework"] is None and run["dataloader"]["batch_size"] == 32
+    assert run["batch_size_source"] == "loader"
     assert math.isnan(run_values(plain.runs[1], plain.last_t).tokens_s)
 
 

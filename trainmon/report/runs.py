@@ -22,8 +22,15 @@ def loader_config(config: dict[str, Any]) -> LoaderConfig | None:
         "pin_memory": config.get("pin_memory"),
         "prefetch_factor": config.get("prefetch_factor"),
         "persistent_workers": config.get("persistent_workers"),
-        "batch_size_measured": batch_measured(config),  # read off the batches: the loader has no batch_size
     }
+
+
+def batch_size_source(config: dict[str, Any]) -> str | None:
+    """Where the report's batch size comes from: the loader's own setting, or the batches the agent read (a batch
+    sampler makes them, so the loader has none); None when neither told it."""
+    if batch_size(config) is None:
+        return None
+    return "batches" if batch_measured(config) else "loader"
 
 
 def exposed_wait_fraction(exposed: float, exposed_wait: float, wait: float, total: float) -> float:
@@ -90,6 +97,7 @@ def run_summary(run: Run) -> RunSummary:
         "samples_per_s": rounded(samples_per_s, 2),
         "tokens_per_s": rounded(samples_per_s * per_sample, 1),
         "dataloader": loader_config(train.config if train is not None else {}),
+        "batch_size_source": batch_size_source(train.config if train is not None else {}),
         "loaders": len(run.loaders),
         "worker_pids": run.worker_pids(),
         "agent_worker_pids": run.agent_worker_pids(),

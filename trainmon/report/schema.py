@@ -36,7 +36,6 @@ class LoaderConfig(TypedDict):
     pin_memory: bool | None
     prefetch_factor: int | None
     persistent_workers: bool | None
-    batch_size_measured: bool  # batch_size was read off the batches (the loader has none: a batch sampler makes them)
 
 
 class JobIdentity(TypedDict):
@@ -89,6 +88,8 @@ class RunSummary(EpochRestarts):
     samples_per_s: float | None
     tokens_per_s: float | None  # sequence batches: tokens (attention-mask-aware) per second of steady state
     dataloader: LoaderConfig | None
+    # "loader": the DataLoader's batch_size; "batches": read off its batches (a batch sampler makes them); None
+    batch_size_source: str | None
     loaders: int
     worker_pids: list[int]  # in the monitor's pid namespace (the workers that could be mapped)
     agent_worker_pids: list[int]  # as the training reported them
