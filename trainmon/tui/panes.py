@@ -147,7 +147,6 @@ def _run_track(run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: i
         _lbl(" · "),
         _val(fmt_num(v.samples_s, 0)),
         _lbl(" samples/s"),
-        *_tokens(v.tokens_s),
     ]
     steps_line: Line = [_lbl("steps "), _val(str(v.steps_total)), _lbl(" · "), _val(fmt_num(v.steps_s, 1)), _lbl("/s")]
     if many:
@@ -216,7 +215,8 @@ def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int) -> Trac
 
 
 def _tokens(tokens_s: float) -> Line:
-    """ " · 12.8k tok/s" beside samples/s for sequence batches (nothing for others)."""
+    """ " · 12.8k tok/s" beside samples/s for sequence batches (nothing for others); in the throughput track, where
+    the value column has room for it."""
     return [_lbl(" · "), _val(fmt_num(tokens_s, 1)), _lbl(" tok/s")] if finite(tokens_s) else []
 
 
