@@ -79,7 +79,7 @@ def test_main_process_numbers_survive_and_the_trainer_user_gets_the_tokenize_onc
     assert f"TrainingArguments(dataloader_num_workers={n})" in f.advice[0]
     assert "dataloader_num_workers=0" in f.summary
     assert any("datasets.Dataset.map" in line for line in f.advice)
-    assert f.evidence == plain.evidence
+    assert f.evidence == {**plain.evidence, "framework": "transformers", "framework_version": "9.9"}
     store = uniform_store(wait_ms=25, procs=worker_figs(60, runq=450), host={"cpu.busy": 97})
     cpu = evaluate(_with_framework(store, "transformers"), 10.0)[0]
     assert cpu.code == "input.workers_cpu" and any("datasets.Dataset.map" in line for line in cpu.advice)

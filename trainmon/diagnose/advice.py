@@ -78,18 +78,21 @@ def knob_text(framework: str, knob: str, value: str) -> str:
     return advice_line(f"DataLoader({knob}={value})", framework) if knob in LOADER_KNOBS else k.copy.strip()
 
 
-def localise(finding: Finding, framework: str | None) -> Finding:
-    """``finding`` with its advice (and summary) in ``framework``'s knobs; unchanged for plain PyTorch."""
+def localise(finding: Finding, framework: str | None, version: str | None = None) -> Finding:
+    """``finding`` with its advice (and summary) in ``framework``'s knobs, and the framework in its evidence
+    (``framework``, ``framework_version``); unchanged for plain PyTorch."""
     if framework not in KNOBS:
         return finding
     advice = [advice_line(text, framework) for text in finding.advice]
     extra = EXTRA.get((framework, finding.code))
     if extra and extra not in advice:
         advice.append(extra)
-    summary = _rename(finding.summary, KNOBS[framework])
-    if advice == finding.advice and summary == finding.summary:
-        return finding
-    return replace(finding, advice=advice, summary=summary)
+    evidence = finding.evidence
+    if evidence.get("framework") != framework:
+        evidence = {**evidence, "framework": framework}
+        if version:
+            evidence["framework_version"] = version
+    return replace(finding, advice=advice, summary=_rename(finding.summary, KNOBS[framework]), evidence=evidence)
 
 
 def advice_line(text: str, framework: str) -> str:
@@ -121,6 +124,6 @@ def localise_runs(findings: list[Finding], owners: Sequence[tuple[int, Any]]) ->
     (index of the run's first finding, the run)."""
     for k, (start, run) in enumerate(owners):
         end = owners[k + 1][0] if k + 1 < len(owners) else len(findings)
-        name = (run.framework or {}).get("name")
+        framework = run.framework or {}
         for i in range(start, end):
-            findings[i] = localise(findings[i], name)
+            findings[i] = localise(findings[i], framework.get("name"), framework.get("version"))
