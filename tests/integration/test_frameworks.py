@@ -135,7 +135,18 @@ def test_lightning_ddp_ranks_with_the_callback_are_one_job(tmp_path, addr):
     attach() ran; once the process group exists both say which job they are, and are grouped as one."""
     rec = str(tmp_path / "ddp.tmrec")
     report, own = _under_record(
-        addr, rec, sys.executable, LIT, str(tmp_path / "root"), "--callback", "--devices", "2", "--max-steps", "100"
+        addr,
+        rec,
+        sys.executable,
+        LIT,
+        str(tmp_path / "root"),
+        "--callback",
+        "--devices",
+        "2",
+        "--accum",
+        "4",
+        "--max-steps",
+        "60",
     )
     runs = sorted(report["runs"], key=lambda r: r["rank"])
     assert [r["rank"] for r in runs] == [0, 1]
