@@ -14,6 +14,7 @@ import argparse
 import json
 import random
 import re
+import sys
 import time
 
 import torch
@@ -97,7 +98,8 @@ def main() -> None:
         "samples_per_s": (s1 - s0) / (t1 - t0),
         "tokens_per_s": (k1 - k0) / (t1 - t0),
     }
-    print(json.dumps(result), flush=True)
+    sys.stdout.write(json.dumps(result) + "\n")  # one write: the ranks share stdout, maybe unbuffered
+    sys.stdout.flush()
     accelerator.end_training()
 
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import random
 import re
+import sys
 import time
 
 import lightning as L
@@ -137,7 +138,8 @@ def main() -> None:
         "evaluations": model.validations,
         "trainmon_callbacks": [type(cb).__name__ for cb in trainer.callbacks].count("TrainmonCallback"),
     }
-    print(json.dumps(result), flush=True)
+    sys.stdout.write(json.dumps(result) + "\n")  # one write: the ranks share stdout, maybe unbuffered
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
