@@ -10,6 +10,7 @@ Each workload (tests/workloads/hf_bert.py, lit_text.py, acc_loop.py) tokenizes i
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -33,9 +34,11 @@ ACC = str(WORKLOADS / "acc_loop.py")
 def _own(stdout: str) -> dict[int, dict]:
     """What each rank of the workload counted itself, by rank (0 for a single process)."""
     out = {}
-    for line in stdout.splitlines():
-        if line.startswith("{") and '"global_step"' in line:
-            row = json.loads(line)
+    decoder = json.JSONDecoder()
+    # Ranks share stdout: two ranks' lines can meet on one line, so each object is decoded where it starts.
+    for start in (m.start() for m in re.finditer(r'\{"(?:rank|global_step)"', stdout)):
+        row, _ = decoder.raw_decode(stdout, start)
+        if "global_step" in row:
             out[row.get("rank", 0)] = row
     return out
 

@@ -251,7 +251,9 @@ def test_300_hostile_clients_cannot_hurt_the_monitor_or_the_real_agents(addr, tm
     assert all(ok for (_name, ok) in outcome), outcome  # the monitor closed every hostile connection
     assert sum(outcome.values()) == 300
     assert (after["rss_kb"] - before["rss_kb"]) / 1024 < 32
-    assert after["fds"] <= before["fds"] + 2 and after["threads"] == before["threads"]
+    # No thread per client; the monitor's own workers that start when first needed (the thread-state sampler
+    # once workers are seen, the stack dumper at a first critical verdict) may have started meanwhile.
+    assert after["fds"] <= before["fds"] + 2 and after["threads"] <= before["threads"] + 2
     steps = _steps_by_pid(rec)
     for pid, result in results.items():
         assert steps[pid] == result["steps"] == 300, "a real agent lost steps"
