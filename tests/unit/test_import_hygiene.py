@@ -33,6 +33,7 @@ def test_agent_and_protocol_use_only_the_standard_library(module):
         "trainmon.agent._frameworks",
         "trainmon.agent._gc",
         "trainmon.agent._hot",
+        "trainmon.agent._import_hook",
         "trainmon.agent._sender",
         "trainmon.agent._redact",
         "trainmon.agent._torch_hooks",

@@ -19,14 +19,14 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainmon.agent._import_hook import AfterImport
 from trainmon.agent._sender import debug
 
 if TYPE_CHECKING:
-    from importlib.machinery import ModuleSpec
-    from types import ModuleType
+    pass
 
 NO_AUTO_ENV = "TRAINMON_NO_AUTOCALLBACK"
 _TRUE = {"1", "true", "yes", "on"}
@@ -63,7 +63,7 @@ class Frameworks:
         self.lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
         self._patched: set[str] = set()
-        self._finder: _ImportWatcher | None = None
+        self._finder: AfterImport | None = None
 
     def install(self) -> None:
         with self.lock:
@@ -71,7 +71,7 @@ class Frameworks:
                 if module in sys.modules:
                     self._patch_module(module)
             if self._finder is None and len(self._patched) < len(TARGETS):
-                self._finder = _ImportWatcher(self)
+                self._finder = AfterImport(TARGETS, self.imported)
                 sys.meta_path.insert(0, self._finder)
 
     def uninstall(self) -> None:
@@ -137,40 +137,3 @@ class Frameworks:
             return
         self.current = framework
         self.emit({"framework": {"name": framework, "version": version_of(package or framework)}})
-
-
-class _ImportWatcher:
-    """A meta-path finder that tells ``frameworks`` right after one of the TARGETS modules has been executed."""
-
-    def __init__(self, frameworks: Frameworks) -> None:
-        self.frameworks = frameworks
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname not in TARGETS:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        original_exec = getattr(loader, "exec_module", None)
-        if loader is None or original_exec is None:
-            return None
-        frameworks = self.frameworks
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            try:
-                frameworks.imported(fullname)
-            except Exception:
-                pass
-
-        # Wraps this one loader instance's method, so the patch follows the module's body.
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec

@@ -9,17 +9,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
 from trainmon.agent._batch import BatchProbe
+from trainmon.agent._import_hook import AfterImport
 from trainmon.protocol import K_ITER_START, K_WAIT
 
 if TYPE_CHECKING:
-    from importlib.machinery import ModuleSpec
-    from types import ModuleType
-
     from trainmon.agent._cuda import ExposedProbe
 
 WORKER_ENV = "TRAINMON_WORKER"
@@ -150,7 +148,7 @@ class TorchHooks:
         self.registry = registry
         self.installed = False
         self._undo: list[Callable[[], None]] = []
-        self._watcher: _TorchImportWatcher | None = None
+        self._watcher: AfterImport | None = None
         # Exposed GPU idle (see _cuda.py): the iterator class, its original __next__ and the CPU wrapper,
         # so poll_cuda can swap in the measuring wrapper once the job has initialised CUDA.
         self.lock = threading.Lock()  # install state vs. the sender thread's swap
@@ -167,7 +165,7 @@ class TorchHooks:
         if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
             self._patch()
         elif self._watcher is None:
-            self._watcher = _TorchImportWatcher(self._patch)
+            self._watcher = AfterImport(("torch",), lambda _name: self._patch(), once=True)
             sys.meta_path.insert(0, self._watcher)
 
     def uninstall(self) -> None:
@@ -294,42 +292,3 @@ class TorchHooks:
         with self.lock:
             if self._it_cls is not None and self._plain_next is not None:
                 self._it_cls.__next__ = self._plain_next
-
-
-class _TorchImportWatcher:
-    """A meta-path finder that runs ``callback`` right after ``import torch`` completes."""
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname != "torch":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        original_exec = getattr(loader, "exec_module", None)
-        if loader is None or original_exec is None:
-            return None
-        callback = self.callback
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            try:
-                if self in sys.meta_path:
-                    sys.meta_path.remove(self)
-                callback()
-            except Exception:
-                pass
-
-        # Wraps this one loader instance's method, so the callback runs once torch's module body has.
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
