@@ -294,9 +294,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "epoch-steady",
             "input.too_few_workers",
-            "one worker decodes 1 ms per sample in epochs of 60 batches, restarted each epoch at little cost: "
+            "one worker decodes 1 ms per sample in epochs of 150 batches, restarted each epoch at little cost: "
             "input-bound all along, never an epoch-restart verdict",
-            ("--workers", "1", "--cpu-ms", "1.0", "--epoch-batches", "60", *SECONDS),
+            ("--workers", "1", "--cpu-ms", "1.0", "--epoch-batches", "150", *SECONDS),
         ),
     )
 }
