@@ -32,6 +32,11 @@ MAX_CONNECTIONS = 1024
 HELLO_TIMEOUT_S = 10.0  # TRAINMON_HELLO_TIMEOUT overrides it (tests use a short one)
 RECV_BYTES = 256 * 1024
 COALESCE_S = 0.02  # after a wake-up, let frames gather this long (adds at most this to a step's latency)
+# ... and this long after a wake-up that read little: a few agents sending small frames would each wake the thread
+# (two ranks at 10 steps/s: 20 wake-ups a second, each costing more than its frame). 150 ms after a 100 ms sender
+# tick keeps a step's way to the store under 250 ms; a busy job's large frames keep the short window.
+GATHER_QUIET_S = 0.15
+QUIET_BYTES = 4096  # a wake-up that read less than this (all connections) was a quiet one
 MAX_RUN_IDS = 65536  # (host, pid, session) → run id, oldest forgotten first
 EXPIRE_EVERY_S = 0.5
 
@@ -76,6 +81,8 @@ class AgentServer:
         self.rejected = 0
         self.protocol_errors = 0
         self.coalesce_s = COALESCE_S
+        self.gather_quiet_s = GATHER_QUIET_S
+        self._read_bytes = 0  # read since the last wake-up
         self._recv_buf = bytearray(RECV_BYTES)
         self._recv_view = memoryview(self._recv_buf)
         self._sel = selectors.DefaultSelector()
@@ -219,7 +226,9 @@ class AgentServer:
             if ready and self.coalesce_s:
                 # Let more frames gather in the sockets: one wake-up then reads many agents' batches
                 # (each wake-up costs more than the frames it reads when 16 agents send 10 a second).
-                self._stop.wait(self.coalesce_s)
+                quiet = self._read_bytes < QUIET_BYTES
+                self._read_bytes = 0
+                self._stop.wait(max(self.coalesce_s, self.gather_quiet_s) if quiet else self.coalesce_s)
 
     def _pause_accepting(self) -> None:
         """Out of file descriptors: a readable listener would spin the loop, so stop watching it a while."""
@@ -299,6 +308,7 @@ class AgentServer:
         except OSError as exc:
             self._close(conn, f"read error: {exc.strerror or exc}")
             return
+        self._read_bytes += n
         if not n:
             # No goodbye: the process was killed or the connection broke (it reconnects if alive).
             self._close(conn, conn.bye or "lost")

@@ -3,6 +3,8 @@ table is a DataTable updated by key, cell by cell."""
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
@@ -225,6 +227,7 @@ COLUMNS = (
     ("name", "NAME", 16),
 )
 CELL_PADDING = 1
+FAST_CELLS = 4096  # rendered cells kept (a table of 80 rows × 8 columns in a few states)
 _ROLE_RANK = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
 
@@ -261,6 +264,7 @@ class ProcTable(DataTable):
         self.updates = 0  # cell writes, for tests: an unchanged frame writes none
         self.row_adds = 0
         self.name_width = COLUMNS[-1][2]
+        self._fast_cells: dict[tuple, list[list[Segment]]] = {}
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
@@ -301,6 +305,69 @@ class ProcTable(DataTable):
             self._cells[key] = cells
         if changed_set and self.row_count > 1:
             self.sort("role", "pid", key=lambda cells: (_ROLE_RANK.get(str(cells[0]), 3), _pid_order(str(cells[1]))))
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        # DataTable renders every cell through Rich (Padding, Text, wrapping) again whenever any cell changed, which
+        # was half the UI thread's time. A one-line ASCII cell is one segment: built directly and kept by content.
+        content = self._plain_cell(row_index, column_index, width)
+        if content is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (row_index, column_index, content, base_style, width, cursor, hover, self._pseudo_class_state)
+        lines = self._fast_cells.get(key)
+        if lines is None:
+            header = row_index == -1
+            component, post = self._get_styles_to_render_cell(
+                header,
+                False,
+                not header and (row_index < self.fixed_rows or column_index < self.fixed_columns),
+                hover,
+                cursor,
+                self.show_cursor,
+                self._show_hover_cursor,
+                self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css",
+            )
+            style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component + post
+            pad = " " * self.cell_padding
+            lines = [[Segment(pad + content + pad, style)]]
+            if len(self._fast_cells) > FAST_CELLS:
+                self._fast_cells.clear()
+            self._fast_cells[key] = lines
+        return lines
+
+    def _plain_cell(self, row_index: int, column_index: int, width: int) -> str | None:
+        """The cell's text padded or cropped to its column when it is one line of plain ASCII, else None."""
+        if column_index < 0:
+            return None
+        column = self.ordered_columns[column_index]
+        if row_index == -1:
+            value: object = column.label
+        else:
+            row_key = self._row_locations.get_key(row_index)
+            if row_key is None or self.rows[row_key].height != 1:
+                return None
+            value = self._data[row_key].get(column.key)
+        justify = "left"
+        if isinstance(value, Text):
+            if value.spans or value.style or value.justify not in (None, "default", "left", "right"):
+                return None
+            justify = value.justify or "left"
+            value = value.plain
+        if not isinstance(value, str) or not value.isascii() or "[" in value:
+            return None
+        inner = width - 2 * self.cell_padding
+        if inner <= 0 or not value.isprintable():
+            return None
+        value = value[:inner]
+        return value.rjust(inner) if justify == "right" else value.ljust(inner)
 
     def selected_pid(self) -> int | None:
         if not self.row_count:
