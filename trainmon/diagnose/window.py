@@ -301,14 +301,15 @@ def _compute_window(
 def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     """Sums, maxima and quantiles of the steady steps in rows [i, j): C-level slices, no per-step Python."""
     n = j - i
-    loaders, warm = steps.loader[i:j], steps.warm[i:j]
+    warm_rows, switches, measured, in_comm = steps.row_counts(i, j)
     mask = None
-    if loaders.count(current) != n:
+    if switches or steps.loader[i] != current:
+        loaders, warm = steps.loader[i:j], steps.warm[i:j]
         ours = bytes(map(current.__eq__, loaders))
         mask = bytes(map(operator.and_, ours, map(operator.not_, warm)))
         w.warm_steps = sum(map(operator.and_, ours, warm))
-    elif warm.count(0) != n:
-        mask = warm.tobytes().translate(_FLIP)
+    elif warm_rows:
+        mask = steps.warm[i:j].tobytes().translate(_FLIP)
         w.warm_steps = n - mask.count(1)
     offset = steps.total - len(steps)
     w._rows = (steps, i + offset, j + offset, mask)
@@ -322,13 +323,14 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     w.wait_s = sum(cum_wait[i + b] - cum_wait[i + a] for a, b in segments)
     w.samples = round(sum(cum_samples[i + b] - cum_samples[i + a] for a, b in segments))
     w.last_end = steps.end[i + segments[-1][1] - 1]
-    w.comm_s = math.fsum(_pick(steps.comm, i, segments))
-    exposed = _pick(steps.exposed, i, segments)
-    if exposed.tobytes() != _NAN8 * m:  # some step in the window has a measured exposed wait (CUDA)
-        measured = known(exposed)
-        w.exposed_s = math.fsum(measured)
+    if in_comm:  # some step in the rows spent time in collectives (0 otherwise, as the sum of zeros is)
+        w.comm_s = math.fsum(_pick(steps.comm, i, segments))
+    exposed = _pick(steps.exposed, i, segments) if measured else None
+    if exposed is not None and exposed.tobytes() != _NAN8 * m:  # a step has a measured exposed wait (CUDA)
+        known_exposed = known(exposed)
+        w.exposed_s = math.fsum(known_exposed)
         w.exposed_wait_s = math.fsum(_pick(steps.exposed_wait, i, segments))
-        w.exposed_steps = len(measured)
+        w.exposed_steps = len(known_exposed)
     stride = _stride(m)
     sample = array("d")
     for a, b in segments:  # strided straight off the table: a long window is never copied whole

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Any
 
 _NAN = float("nan")
+_NAN8 = array("d", [_NAN]).tobytes()
 
 
 class Steps:
@@ -18,6 +20,7 @@ class Steps:
     ``total`` counts every step ever completed."""
 
     __slots__ = (
+        "_counts",
         "_cum",
         "cap",
         "comm",
@@ -53,6 +56,7 @@ class Steps:
             None  # the diagnosis's incremental scan for long steps (see diagnose.window)
         )
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
+        self._counts: list[Any] | None = None  # [first row, running counts of rare rows] (see row_counts)
 
     def _columns(self) -> tuple[array[Any], ...]:
         return (
@@ -127,6 +131,7 @@ class Steps:
         self.total = 0
         self.scan = None
         self._cum = None
+        self._counts = None
 
     def prefix_sums(self) -> tuple[array[float], array[float], array[float]]:
         """Running sums of duration, wait and samples: ``cum[j] - cum[i]`` is the sum over rows [i, j).
@@ -145,8 +150,71 @@ class Steps:
         done = len(cum_dur) - 1  # rows summed so far, from the table's head
         if done < len(self.end):
             for cum, col in ((cum_dur, self.dur), (cum_wait, self.wait), (cum_samples, self.samples)):
-                cum.extend(itertools.islice(itertools.accumulate(col[done:], initial=cum[-1]), 1, None))
+                last = cum.pop()  # comes back first: accumulate starts from it
+                cum.fromlist(list(itertools.accumulate(col[done:], initial=last)))
         return cum_dur, cum_wait, cum_samples
+
+    def row_counts(self, i: int, j: int) -> tuple[int, int, int, int]:
+        """Among rows [i, j): how many are warm-up steps, how many take another loader than the row before them
+        (row ``i`` itself not counted), how many have a measured exposed wait, and how many spent time in
+        collectives. O(1) from running counts kept like ``prefix_sums``' (most tables have none of these rows,
+        or all of them, so extending the counts is a few C-level checks per batch of new rows)."""
+        c = self._row_counts()
+        base = c[0] - (self.total - len(self.end))
+        i, j = i - base, j - base
+        if j <= i:
+            return 0, 0, 0, 0
+        warm, change, exposed, comm = c[1:]
+        return (
+            warm[j] - warm[i],
+            change[j] - change[i + 1],
+            exposed[j] - exposed[i],
+            comm[j] - comm[i],
+        )
+
+    def _row_counts(self) -> list[Any]:
+        offset = self.total - len(self.end)
+        c = self._counts
+        if c is None or c[0] > offset or c[0] + len(c[1]) - 1 > self.total:
+            c = self._counts = [offset, *(array("q", [0]) for _ in range(4))]
+        first = c[0]
+        if first < offset:
+            for col in c[1:]:
+                del col[: offset - first]
+            c[0] = offset
+        done = len(c[1]) - 1  # rows counted so far, from the table's head
+        n = len(self.end) - done
+        if n > 0:
+            warm = self.warm[done:]
+            loader = self.loader[done:]
+            prev = self.loader[done - 1] if done else loader[0]
+            exposed = self.exposed[done:]
+            comm = self.comm[done:]
+            flags = (
+                None if warm.count(0) == n else bytes(map(bool, warm)),
+                None if loader.count(prev) == n else bytes(map(operator.ne, loader, [prev, *loader[:-1]])),
+                None if exposed.tobytes() == _NAN8 * n else bytes(map(operator.eq, exposed, exposed)),
+                None if comm.count(0.0) == n else bytes(map(bool, comm)),
+            )
+            for cum, flag in zip(c[1:], flags, strict=True):
+                last = cum[-1]
+                if flag is None:
+                    cum.extend(array("q", [last]) * n)
+                else:
+                    cum.pop()
+                    cum.fromlist(list(itertools.accumulate(flag, initial=last)))
+        return c
+
+    def _changed(self, k: int) -> None:
+        """Row ``k`` (of the table) changed in place: its running counts are taken again from it on."""
+        c = self._counts
+        if c is not None:
+            keep = k - (c[0] - (self.total - len(self.end))) + 1
+            if 0 < keep < len(c[1]):
+                for col in c[1:]:
+                    del col[keep:]
+            elif keep <= 0:
+                self._counts = None
 
     def add_exposed(self, t0: float, t1: float, exposed: float, loader: int) -> bool:
         """Add a measured wait's exposed GPU idle to the finished step whose span holds the wait [t0, t1]
@@ -157,6 +225,7 @@ class Steps:
         old = self.exposed[k]
         self.exposed[k] = exposed if old != old else old + exposed
         self.exposed_wait[k] += t1 - t0
+        self._changed(k)
         return True
 
     def add_comm(self, t0: float, t1: float) -> bool:
@@ -167,6 +236,7 @@ class Steps:
         if k >= len(self.end) or self.start[k] > mid:
             return False
         self.comm[k] += t1 - t0
+        self._changed(k)
         return True
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
