@@ -14,13 +14,15 @@ the others' state. The step table itself is in ``trainmon.store.steps``.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 from trainmon.labels import main_role, run_label
 from trainmon.protocol import (
@@ -322,11 +324,17 @@ class Run:
         Record by record, except for the stretch of a batch where steps repeat one pattern (a train
         batch then the step's boundary), which is folded in whole columns (see _fold_regular)."""
         self.records += len(records) // 4
-        records, exposed = _split_exposed(records)
-        records, comm = _split_kind(records, K_COMM)
-        records, gc = _split_kind(records, K_GC)
-        if gc is not None:
-            self.gc.add_records(gc)  # first: the waits that follow do not count the collections inside them
+        exposed = comm = None
+        with memoryview(records) as view, view.cast("B") as raw:
+            kinds = raw[_KIND_BYTE :: 4 * 8].tobytes()
+        if K_EXPOSED in kinds or K_COMM in kinds or K_GC in kinds:
+            records, exposed = _split_exposed(records)
+            records, comm = _split_kind(records, K_COMM)
+            records, gc = _split_kind(records, K_GC)
+            if gc is not None:
+                self.gc.add_records(gc)  # first: the waits that follow do not count the collections inside them
+            with memoryview(records) as view, view.cast("B") as raw:
+                kinds = raw[_KIND_BYTE :: 4 * 8].tobytes()
         n = len(records) // 4
         tags = records[0::4]
         t0s = records[1::4]
@@ -338,7 +346,10 @@ class Run:
             first = next((i for i in range(min(n, 8)) if tags[i] & 0xFF in (K_STEP, K_OPT)), None)
             if first is not None:
                 self._apply_each(tags, t0s, t1s, vals, 0, first + 1)
-                lo = first + 1 + self._fold_regular(records, tags, first)
+                folded = self._fold_regular(records, tags, first)
+                lo = first + 1 + folded
+                if not folded:
+                    lo = self._fold_stretches(records, tags, t0s, t1s, vals, kinds, lo)
         self._apply_each(tags, t0s, t1s, vals, lo, n)
         for lst in (self.checkpoints, self.marks, self.phases, self.iter_starts):
             if self._events_cap is not None and len(lst) > self._events_cap:
@@ -392,12 +403,11 @@ class Run:
                 if self._cur_exposed_wait >= 0:
                     self._cur_exposed_wait += t1 - t0
 
-    def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
-        """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, while
-        they repeat [train wait, boundary] or, with explicit steps, [train wait, optimizer step, step];
-        returns how many records were folded (0 when the state or the batch does not allow it).
+    def _fold_state(self, exact: bool) -> tuple[int, LoaderInfo] | None:
+        """The train loader (id, info) when the state just after a closed step allows a fold, else None.
 
-        Gives the same steps and loader figures as _apply_each does record by record."""
+        ``exact`` (_fold_prefix) also asks for what makes the columns match record-by-record ingestion bit for
+        bit, and in explicit mode ignores other loaders' pending waits, which only an optimizer step reads."""
         lid = self._train
         train = self.loaders.get(lid) if lid is not None else None
         if (
@@ -407,46 +417,142 @@ class Run:
             or self._cur_batches
             or self._cur_wait
             or self._cur_exposed == self._cur_exposed
-            or self._pending_wait
+            or (self._pending_wait and not (exact and self.mode == "explicit"))
             or self.steps.total < self._warm_until
             or not self._seen_any_wait
             or self.restarts.waiting(lid)
+            or (exact and (self._cur_comm or self._train_ended))
         ):
-            return 0
-        n = len(tags)
+            return None
+        return lid, train
+
+    def _pattern(self, tags: array[int], boundary: int, lid: int) -> list[int] | None:
+        """The tags of one regular step after record ``boundary``: [train wait, boundary] or, with explicit
+        steps, [train wait, optimizer step, step]; None when the mode and the boundary make no such pattern."""
         end_tag = tags[boundary]
         wait_tag = lid << 8 | K_WAIT
         if self.mode == "explicit" and end_tag & 0xFF == K_STEP:
-            period = 3 if boundary + 2 < n and tags[boundary + 2] & 0xFF == K_OPT else 2
-        elif self.mode == "opt" and end_tag & 0xFF == K_OPT:
-            period = 2
-        else:
+            if boundary + 2 < len(tags) and tags[boundary + 2] & 0xFF == K_OPT:
+                return [wait_tag, tags[boundary + 2], end_tag]
+            return [wait_tag, end_tag]
+        if self.mode == "opt" and end_tag & 0xFF == K_OPT:
+            return [wait_tag, end_tag]
+        return None
+
+    def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
+        """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, when the
+        rest of the batch repeats one step pattern (see _pattern); returns how many records were folded (0 when
+        the state or the batch does not allow it).
+
+        Gives the same steps and loader figures as _apply_each does record by record."""
+        state = self._fold_state(exact=False)
+        pattern = self._pattern(tags, boundary, state[0]) if state is not None else None
+        if state is None or pattern is None:
             return 0
-        pattern = [wait_tag, tags[boundary + 2], end_tag] if period == 3 else [wait_tag, end_tag]
+        period = len(pattern)
         lo = boundary + 1
-        m = (n - lo) // period
+        m = (len(tags) - lo) // period
         hi = lo + m * period
         if m < FAST_MIN_STEPS or any(tags[lo + q : hi : period].count(tag) != m for q, tag in enumerate(pattern)):
             return 0
+        self._fold_columns(records, lo, m, period, state, exact=False)
+        return m * period
+
+    def _fold_prefix(self, records: array[int], tags: array[int], boundary: int) -> int:
+        """Like _fold_regular, for the regular steps that follow record ``boundary`` up to the first record
+        that breaks the pattern, and only where the columns equal what _apply_each gives bit for bit: no garbage
+        collection near the waits, no step table trim among the folded steps. Returns the records folded."""
+        state = self._fold_state(exact=True)
+        pattern = self._pattern(tags, boundary, state[0]) if state is not None else None
+        if state is None or pattern is None:
+            return 0
+        period = len(pattern)
+        lo = boundary + 1
+        m = (len(tags) - lo) // period
+        cap = self.steps.cap
+        if cap is not None:
+            m = min(m, cap - len(self.steps))
+        if m < FAST_MIN_STEPS:
+            return 0
+        expected = array("q", pattern) * m
+        if tags[lo : lo + m * period] != expected:
+            good, bad = 0, m  # the longest regular run: a few C-level slice comparisons
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if tags[lo : lo + mid * period] == expected[: mid * period]:
+                    good = mid
+                else:
+                    bad = mid
+            m = good
+            if m < FAST_MIN_STEPS:
+                return 0
+        if self.gc.total:
+            w0 = records[4 * lo + 1 : 4 * (lo + m * period) : 4 * period]
+            w1 = records[4 * lo + 2 : 4 * (lo + m * period) : 4 * period]
+            gc = self.gc
+            if any(map(operator.gt, w0, w1)) or bisect_left(gc.end, min(w0) * NS) < bisect_right(
+                gc.start, max(w1) * NS
+            ):
+                return 0  # record by record: a collection inside a wait, or a wait ending before it began
+        self._fold_columns(records, lo, m, period, state, exact=True)
+        return m * period
+
+    def _fold_columns(
+        self, records: array[int], lo: int, m: int, period: int, state: tuple[int, LoaderInfo], exact: bool
+    ) -> None:
+        """Append the ``m`` regular steps of ``period`` records from record ``lo`` on as columns."""
+        lid, train = state
+        hi = lo + m * period
         t0s = records[4 * lo + 1 : 4 * hi : 4]
         t1s = records[4 * lo + 2 : 4 * hi : 4]
-        ns = NS.__mul__
-        end = array("d", map(ns, t0s[period - 1 :: period]))
-        start = array("d", [self._cur_start])
+        mul, sub, ns = operator.mul, operator.sub, repeat(NS)  # t * NS: the float the record-by-record path makes
+        end = array("d", map(mul, t0s[period - 1 :: period], ns))
+        start = array("d", [cast(float, self._cur_start)])  # not None: _fold_state checked
         start.extend(end[:-1])
-        dur = array("d", map(operator.sub, end, start))
-        raw_wait = array("d", map(operator.sub, map(ns, t1s[0::period]), map(ns, t0s[0::period])))
-        if self.gc.total:
-            self._discount_gc(array("d", map(ns, t0s[0::period])), array("d", map(ns, t1s[0::period])), raw_wait)
+        dur = array("d", map(sub, end, start))
+        raw_wait = array("d", map(sub, map(mul, t1s[0::period], ns), map(mul, t0s[0::period], ns)))
+        if not exact and self.gc.total:
+            self._discount_gc(
+                array("d", map(mul, t0s[0::period], ns)), array("d", map(mul, t1s[0::period], ns)), raw_wait
+            )
         # A wait is longer than its step only when it began before the step did (rare): cap those.
         wait = array("d", map(min, raw_wait, dur)) if any(map(operator.gt, raw_wait, dur)) else raw_wait
         batch = train.batch_size
         self.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
         train.batches += m
-        train.wait_s = sum(raw_wait, train.wait_s)
+        # In order, one addition at a time, as record by record (sum() compensates from Python 3.12 on).
+        train.wait_s = functools.reduce(operator.add, raw_wait, train.wait_s) if exact else sum(raw_wait, train.wait_s)
         self._last_wait_loader = lid
         self._cur_start = self._last_end = end[-1]
-        return m * period
+
+    def _fold_stretches(
+        self,
+        records: array[int],
+        tags: array[int],
+        t0s: array[int],
+        t1s: array[int],
+        vals: array[int],
+        kinds: bytes,
+        lo: int,
+    ) -> int:
+        """From record ``lo`` (just after a step boundary) on: regular stretches in columns (_fold_prefix), the
+        steps between them record by record. Returns where the rest of the batch starts (record by record)."""
+        n = len(tags)
+        pos = lo
+        while n - pos >= 2 * FAST_MIN_STEPS and self.mode != "next":
+            folded = self._fold_prefix(records, tags, pos - 1)
+            pos += folded
+            # Record by record through the step that broke the pattern; after a refusal, through several, so
+            # that an irregular stretch costs one attempt per FAST_MIN_STEPS steps.
+            boundary = K_STEP if self.mode == "explicit" else K_OPT
+            nxt = pos - 1
+            for _ in range(1 if folded else FAST_MIN_STEPS):
+                nxt = kinds.find(boundary, nxt + 1)
+                if nxt < 0:
+                    return pos
+            self._apply_each(tags, t0s, t1s, vals, pos, nxt + 1)
+            pos = nxt + 1
+        return pos
 
     def _apply_each(
         self, tags: array[int], t0s: array[int], t1s: array[int], vals: array[int], lo: int, hi: int
