@@ -10,6 +10,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from trainmon.numbers import finite
 from trainmon.tui.charts import BLANK, Cell, fmt_mb, fmt_num, fmt_rate
@@ -286,6 +287,7 @@ class ProcTable(DataTable):
     def show(self, rows: list[ProcRow]) -> None:
         wanted = {r.key: r for r in rows}
         changed_set = False
+        changed_rows: list[str] = []
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key]
@@ -298,13 +300,20 @@ class ProcTable(DataTable):
                 self.row_adds += 1
                 changed_set = True
             elif old != cells:
+                data = self._data[RowKey(key)]
                 for i, (a, b) in enumerate(zip(old, cells, strict=True)):
                     if a != b:
-                        self.update_cell(key, COLUMNS[i][0], _cell(i, b))
+                        data[ColumnKey(COLUMNS[i][0])] = _cell(i, b)
                         self.updates += 1
+                changed_rows.append(key)
             self._cells[key] = cells
         if changed_set and self.row_count > 1:
             self.sort("role", "pid", key=lambda cells: (_ROLE_RANK.get(str(cells[0]), 3), _pid_order(str(cells[1]))))
+        elif changed_rows:
+            # update_cell would repaint the whole table for each cell; the rows whose cells changed are enough.
+            self._update_count += 1
+            for key in changed_rows:
+                self.refresh_row(self.get_row_index(key))
 
     def _render_cell(
         self,
