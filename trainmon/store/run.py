@@ -557,27 +557,31 @@ class Run:
     def _apply_each(
         self, tags: array[int], t0s: array[int], t1s: array[int], vals: array[int], lo: int, hi: int
     ) -> None:
+        on_wait, on_boundary = self._on_wait, self._on_boundary
         for i in range(lo, hi):
             tag = tags[i]
             kind = tag & 0xFF
-            t0 = t0s[i] * NS
-            t1 = t1s[i] * NS
             if kind == K_WAIT:
-                self._on_wait(tag >> 8, t0, t1)
+                on_wait(tag >> 8, t0s[i] * NS, t1s[i] * NS)
             elif kind == K_OPT:
-                self._on_boundary(t0, explicit=False)
+                on_boundary(t0s[i] * NS, False)
             elif kind == K_STEP:
-                self._on_boundary(t0, explicit=True)
-            elif kind == K_ITER_END:
-                self._on_iter_end(tag >> 8, t0, t1)
-            elif kind == K_ITER_START:
-                self._on_iter_start(tag >> 8, t0, vals[i], t1)
-            elif kind == K_CKPT:
-                self._add_checkpoint(t0, t1)
-            elif kind == K_MARK:
-                self.marks.append((t0, self.names.get(tag >> 8, f"mark-{tag >> 8}")))
-            elif kind == K_PHASE:
-                self.phases.append((t0, t1, self.names.get(tag >> 8, f"phase-{tag >> 8}")))
+                on_boundary(t0s[i] * NS, True)
+            else:
+                self._apply_other(tag, t0s[i] * NS, t1s[i] * NS, vals[i])
+
+    def _apply_other(self, tag: int, t0: float, t1: float, value: int) -> None:
+        kind = tag & 0xFF
+        if kind == K_ITER_END:
+            self._on_iter_end(tag >> 8, t0, t1)
+        elif kind == K_ITER_START:
+            self._on_iter_start(tag >> 8, t0, value, t1)
+        elif kind == K_CKPT:
+            self._add_checkpoint(t0, t1)
+        elif kind == K_MARK:
+            self.marks.append((t0, self.names.get(tag >> 8, f"mark-{tag >> 8}")))
+        elif kind == K_PHASE:
+            self.phases.append((t0, t1, self.names.get(tag >> 8, f"phase-{tag >> 8}")))
 
     def _add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
@@ -600,19 +604,22 @@ class Run:
     def _on_wait(self, lid: int, t0: float, t1: float) -> None:
         if self.gc.total:
             t1 = max(t0, t1 - self.gc.overlap_all(t0, t1))  # a collection inside __next__ is not data
-        lid = self._bounded(lid)
-        info = self._loader(lid)
+        info = self.loaders.get(lid)
+        if info is None:
+            lid = self._bounded(lid)
+            info = self._loader(lid)
         if self.restarts.pending:
             self.restarts.first_wait(lid, t0, t1, info.batches, info.wait_s)
         info.batches += 1
         info.wait_s += t1 - t0
         self._seen_any_wait = True
         self._last_wait_loader = lid
-        train = self.loaders.get(self._train) if self._train is not None else None
-        # Without optimizer steps the most iterated loader is the train loader; with them, the
-        # loader whose batch precedes each optimizer step is (see _on_boundary).
-        if train is None or (self.mode == "next" and lid != self._train and info.batches > train.batches):
-            self._train = lid
+        if lid != self._train:
+            train = self.loaders.get(self._train) if self._train is not None else None
+            # Without optimizer steps the most iterated loader is the train loader; with them, the
+            # loader whose batch precedes each optimizer step is (see _on_boundary).
+            if train is None or (self.mode == "next" and info.batches > train.batches):
+                self._train = lid
         if lid != self._train:
             self.eval_wait_s += t1 - t0
             wait, batches = self._pending_wait.get(lid, (0.0, 0))
