@@ -49,6 +49,39 @@ def verdict(row: Row) -> str:
     return {True: "met", False: "MISSED", None: ""}[row.met]
 
 
+RESULTS_JSON = BENCH / "results.json"  # the rows of the last `make bench`, which results.md and the README show
+README_START = "<!-- overhead-table: written by make bench from benchmarks/results.json -->"
+README_END = "<!-- /overhead-table -->"
+
+
+def markdown_table(rows: Sequence[Row]) -> list[str]:
+    """The rows as a Markdown table (results.md and the README's Overhead section)."""
+    lines = ["| figure | target | measured | side by side | |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [r.figure, r.target, r.measured, r.anchor, verdict(r)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+def with_readme_table(readme: str, rows: Sequence[Row]) -> str:
+    """``readme`` with the table between its overhead-table markers replaced by ``rows``."""
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise ValueError("README.md has no overhead-table markers")
+    return head + start + "\n" + "\n".join(markdown_table(rows)) + "\n" + end + tail
+
+
+def read_results(path: Path = RESULTS_JSON) -> tuple[list[str], list[Row]]:
+    """(context lines, rows) of the last full run."""
+    data = json.loads(path.read_text())
+    return list(data["context"]), [Row(**r) for r in data["rows"]]
+
+
+def write_results(context: Sequence[str], rows: Sequence[Row], path: Path = RESULTS_JSON) -> None:
+    path.write_text(json.dumps({"context": list(context), "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
+
+
 def format_table(rows: Sequence[Row]) -> str:
     head = ("figure", "target", "measured", "side by side", "")
     cells = [head, *((r.figure, r.target, r.measured, r.anchor, verdict(r)) for r in rows)]

@@ -19,11 +19,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BENCH, Row, format_table, other_load, read_rows, verdict
+from benchmarks._common import (
+    BENCH,
+    RESULTS_JSON,
+    Row,
+    format_table,
+    markdown_table,
+    other_load,
+    read_results,
+    read_rows,
+    with_readme_table,
+    write_results,
+)
 from testsupport.paths import ROOT
 from testsupport.procs import PY
 
 RESULTS = BENCH / "results.md"
+README = ROOT / "README.md"
 
 
 def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
@@ -82,11 +94,7 @@ def git_rev() -> str:
 def markdown(rows: list[Row], context: list[str]) -> str:
     lines = ["# Benchmark results", "", "Written by `make bench` (benchmarks/run_all.py); do not edit by hand.", ""]
     lines += [f"- {c}" for c in context]
-    lines += ["", "| figure | target | measured | side by side | |", "|---|---|---|---|---|"]
-    for r in rows:
-        cells = [r.figure, r.target, r.measured, r.anchor, verdict(r)]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", "## Notes", ""]
+    lines += ["", *markdown_table(rows), "", "## Notes", ""]
     lines += [f"- **{r.figure}**: {r.note}" for r in rows if r.note]
     return "\n".join(lines) + "\n"
 
@@ -125,8 +133,18 @@ def main() -> int:
         + (f": {'; '.join(missed)}" if missed else "")
     )
     if not args.no_write:
+        if args.only and RESULTS_JSON.exists():  # a partial run replaces its own rows among the last full run's
+            old_context, old_rows = read_results()
+            fresh = {r.figure for r in rows}
+            rows = [r for r in old_rows if r.figure not in fresh] + rows
+            context = [*old_context, f"rerun {started} ({', '.join(args.only)}): {context[0]}"]
+        write_results(context, rows)
         RESULTS.write_text(markdown(rows, context))
-        print(f"wrote {RESULTS.relative_to(ROOT)} (the notes under the table say how each figure was measured)")
+        README.write_text(with_readme_table(README.read_text(), rows))
+        print(
+            f"wrote {RESULTS.relative_to(ROOT)}, {RESULTS_JSON.relative_to(ROOT)} and the README's Overhead table "
+            "(the notes under the table in results.md say how each figure was measured)"
+        )
     return 0
 
 
