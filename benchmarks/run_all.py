@@ -49,7 +49,9 @@ def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
         "ingest": [],
         "recording_size": [],
     }
-    if soak_minutes:  # RSS over a long window, recorder and TUI under the heavy load
+    if soak_minutes:  # RSS over a long window: the everyday screen beside nvitop and glances, then the heavy load
+        window = ["--rounds", "1", "--window", str(soak_minutes * 60), "--label", f" over {soak_minutes:g} min"]
+        out["side_by_side:soak"] = ["--load", "everyday", "--phases", "screens", *window]
         out["monitor_cost"] = ["--soak-minutes", str(soak_minutes)]
     return out
 

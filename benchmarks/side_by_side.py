@@ -19,7 +19,7 @@ no headless mode), likewise. CPU is each process's utime+stime over a window (al
 median window, the ratio the median of the per-window ratios; RSS from /proc/PID/statm.
 
     python benchmarks/side_by_side.py [--load everyday|heavy] [--phases screens,record] [--rounds 3]
-        [--window 20] [--warmup S] [--json FILE]
+        [--window 20] [--warmup S] [--label TEXT] [--json FILE]
 """
 
 from __future__ import annotations
@@ -242,6 +242,8 @@ def measure(args: argparse.Namespace) -> list[Row]:
     host = other_load()
     for r in rows[:1]:
         r.note += f"; host after: {host}"
+    for r in rows:
+        r.figure = r.figure.replace(f"{args.load}:", f"{args.load}{args.label}:", 1)
     return rows
 
 
@@ -252,6 +254,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--window", type=float, default=20.0, help="seconds per measured window")
     ap.add_argument("--warmup", type=float, default=None, help="seconds before the first window (default per load)")
+    ap.add_argument("--label", default="", help="appended to the load's name in each figure (a soak: ', 30 min')")
     add_json_arg(ap)
     args = ap.parse_args()
     args.phases = {p.strip() for p in args.phases.split(",")}
