@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, run_window
@@ -23,6 +25,7 @@ from trainmon.store.run import Run
 
 MAX_BLOCKS = 240  # a window of more steps is cut into this many blocks of consecutive steps
 MAX_CHANGES = 3  # changes looked for after one another inside a window
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,20 @@ def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, re
     before it (from block ``seg`` on) and after it differ most: the CUSUM statistic. Ranks find that a change
     happened; the means, with every step of the segment, place it on the step."""
     a = b.first[seg]
+    durs, waits = dur[a:], wait[a:]
+    # C-level where every step lasted (no nan, no zero): the same values, in the same order, as the general case.
+    lasted = len(durs) > 0 and math.isfinite(sum(durs)) and min(durs) >= 1e-9
+    values: Iterable[float]
     if what == "data_wait":
-        values = [w / d if d > 0 else 0.0 for w, d in zip(wait[a:], dur[a:], strict=True)]
+        values = (
+            map(operator.truediv, waits, durs)
+            if lasted
+            else [w / d if d > 0 else 0.0 for w, d in zip(waits, durs, strict=True)]
+        )
     else:
-        values = [math.log(max(d, 1e-9)) for d in dur[a:]]
+        values = map(math.log, durs) if lasted else [math.log(max(d, 1e-9)) for d in durs]
     sums = [0.0, *itertools.accumulate(values)]
-    n, total = len(values), sums[-1]
+    n, total = len(durs), sums[-1]
     size = b.steps[split]
     centre = b.first[split] - a
     best, at = -1.0, centre
@@ -109,6 +120,10 @@ def _ranks(values: list[float]) -> tuple[list[float], float]:
     """Average ranks (1-based) and the tie correction factor of the rank-sum variance."""
     order = sorted(range(len(values)), key=values.__getitem__)
     ranks = [0.0] * len(values)
+    if len(set(values)) == len(values):  # no ties (nan equals nothing, as below; 0.0 and -0.0 are a tie)
+        for pos, k in enumerate(order, 1):
+            ranks[k] = float(pos)
+        return ranks, 1.0
     ties = 0.0
     i = 0
     while i < len(order):
@@ -132,9 +147,7 @@ def _best_split(b: _Blocks, lo: int, th: Thresholds) -> tuple[int, Change] | Non
         return None
     shares = [w / d if d > 0 else 0.0 for w, d in zip(b.wait[lo:], b.dur[lo:], strict=True)]
     times = [d / s for d, s in zip(b.dur[lo:], b.steps[lo:], strict=True)]
-    steps_after = [0] * (n + 1)
-    for k in range(n - 1, -1, -1):
-        steps_after[k] = steps_after[k + 1] + b.steps[lo + k]
+    steps_after = _suffix_sums(b.steps[lo:], 0)
     total = steps_after[0]
     m = th.change_min_steps
     candidates = [
@@ -144,26 +157,29 @@ def _best_split(b: _Blocks, lo: int, th: Thresholds) -> tuple[int, Change] | Non
     ]
     if not candidates:
         return None
-    best: tuple[float, int, str] | None = None
+    # The split is the strongest material candidate, the first of equals in (what, k) order: the strong ones are
+    # tried strongest first, so only those stronger than the first material one are tested for materiality.
+    strong: list[tuple[float, int, int, str]] = []
     for what, values in (("data_wait", shares), ("step_time", times)):
         ranks, tie = _ranks(values)
         var_unit = (n + 1) / 12 * tie
         if var_unit <= 0:
             continue
-        after = [0.0] * (n + 1)
-        for k in range(n - 1, -1, -1):
-            after[k] = after[k + 1] + ranks[k]
-        for k in candidates:
-            n2 = n - k
-            z = (after[k] - n2 * (n + 1) / 2) / math.sqrt(k * n2 * var_unit)
-            strong = abs(z) >= th.change_z and (best is None or abs(z) > best[0])
-            if strong and _material(b, lo, k, what, th) is not None:
-                best = (abs(z), k, what)
-    if best is None:
-        return None
-    _, k, what = best
-    before, after_value = _material(b, lo, k, what, th) or (math.nan, math.nan)
-    return lo + k, Change(b.start[lo + k], what, before, after_value)
+        after = _suffix_sums(ranks, 0.0)
+        zs = [abs((after[k] - (n - k) * (n + 1) / 2) / math.sqrt(k * (n - k) * var_unit)) for k in candidates]
+        strong.extend((-z, len(strong), k, what) for z, k in zip(zs, candidates, strict=True) if z >= th.change_z)
+    for _, _, k, what in sorted(strong):
+        if (material := _material(b, lo, k, what, th)) is not None:
+            before, after_value = material
+            return lo + k, Change(b.start[lo + k], what, before, after_value)
+    return None
+
+
+def _suffix_sums(values: list[_N], zero: _N) -> list[_N]:
+    """``out[k]`` = values[k] + (values[k + 1] + (... + zero)), added from the end as a loop from the end adds."""
+    out = list(itertools.accumulate(reversed(values), operator.add, initial=zero))
+    out.reverse()
+    return out
 
 
 def _material(b: _Blocks, lo: int, k: int, what: str, th: Thresholds) -> tuple[float, float] | None:

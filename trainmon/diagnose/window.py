@@ -65,6 +65,8 @@ class RunWindow:
     # Where the steady steps are: the step table, global indices [first, stop) and, when warm-up or
     # another loader's steps lie between, a byte mask of the steady ones. Read on demand, never copied.
     _rows: tuple[Steps, int, int, bytes | None] | None = None
+    # Figures read from the rows on demand, with the state of the step table they were read from.
+    _memo: dict[str, tuple[tuple[Any, ...], float]] = field(default_factory=dict, repr=False, compare=False)
 
     def columns(self) -> tuple[array[float], array[float], array[float], array[float]]:
         """start, end, duration and wait of every steady step in the window (C-level slices)."""
@@ -74,16 +76,16 @@ class RunWindow:
         start, end, dur, wait = self._steady((steps.start, steps.end, steps.dur, steps.wait))
         return start, end, dur, wait
 
-    def _steady(self, cols: tuple[array[float], ...]) -> list[array[float]]:
-        """The steady steps' rows of columns of the window's step table."""
+    def _steady(self, cols: tuple[array[float], ...], stride: int = 1) -> list[array[float]]:
+        """The steady steps' rows of columns of the window's step table (every ``stride``-th of them)."""
         assert self._rows is not None
         steps, first, stop, mask = self._rows
         offset = steps.total - len(steps)  # steps trimmed from the table since the window was taken
         i, j = max(0, first - offset), max(0, stop - offset)
         if mask is None:
-            return [c[i:j] for c in cols]
+            return [c[i:j:stride] for c in cols]
         segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
-        return [_pick(c, i, segments) for c in cols]
+        return [_pick(c, i, segments)[::stride] for c in cols]
 
     def compute_p50_s(self) -> float:
         """Median over the steady steps (an even sample of at most MAX_DETAIL) of step − data wait −
@@ -91,9 +93,19 @@ class RunWindow:
         if self._rows is None or not self.steps:
             return math.nan
         steps = self._rows[0]
-        stride = _stride(self.steps)
-        dur, wait, comm = (c[::stride] for c in self._steady((steps.dur, steps.wait, steps.comm)))
-        return quantile([max(0.0, d - w - c) for d, w, c in zip(dur, wait, comm, strict=True)], 0.5)
+        key = ("compute_p50", steps.total, len(steps), steps.edits)
+        if (hit := self._memo.get("compute_p50")) is not None and hit[0] == key:
+            return hit[1]
+        dur, wait, comm = self._steady((steps.dur, steps.wait, steps.comm), _stride(self.steps))
+        own = list(map(operator.sub, map(operator.sub, dur, wait), comm))
+        if own and math.isfinite(sum(own)):
+            # Clamping at 0 keeps the order, so the median of the clamped values is that of the sorted ones clamped.
+            own.sort()
+            value = _clamped_quantile(own, 0.5)
+        else:
+            value = quantile([max(0.0, x) for x in own], 0.5)
+        self._memo["compute_p50"] = (key, value)
+        return value
 
     def comm_share_p50(self) -> float:
         """Median over the steady steps (an even sample of at most MAX_DETAIL) of each step's share blocked in
@@ -101,9 +113,16 @@ class RunWindow:
         if self._rows is None or not self.steps or not self.run.comm_by_op:
             return math.nan
         steps = self._rows[0]
-        stride = _stride(self.steps)
-        dur, comm = (c[::stride] for c in self._steady((steps.dur, steps.comm)))
-        return quantile([c / d if d > 0 else 0.0 for d, c in zip(dur, comm, strict=True)], 0.5)
+        key = ("comm_share_p50", steps.total, len(steps), steps.edits)
+        if (hit := self._memo.get("comm_share_p50")) is not None and hit[0] == key:
+            return hit[1]
+        dur, comm = self._steady((steps.dur, steps.comm), _stride(self.steps))
+        if dur and math.isfinite(sum(dur)) and min(dur) > 0:
+            value = quantile(list(map(operator.truediv, comm, dur)), 0.5)
+        else:
+            value = quantile([c / d if d > 0 else 0.0 for d, c in zip(dur, comm, strict=True)], 0.5)
+        self._memo["comm_share_p50"] = (key, value)
+        return value
 
     def comm_rows(self) -> tuple[array[float], array[float], array[float]]:
         """End, duration and time in collectives of every steady step (C-level slices)."""
@@ -407,8 +426,8 @@ def long_candidates(steps: Steps, limit: float) -> list[tuple[int, float]]:
         if rows and rows[0][0] < offset:  # trimmed off the table
             rows = rows[bisect_left(rows, (offset, -math.inf)) :]
     scanned = max(scanned, offset)
-    if scanned < steps.total:
-        new = steps.dur[scanned - offset :]
+    new = steps.dur[scanned - offset :]
+    if new and (max(new) > threshold or not math.isfinite(sum(new))):  # max() skips a nan only after the first
         over = bytes(map(threshold.__lt__, new))
         if over.count(1):
             rows.extend(
@@ -442,6 +461,15 @@ def _pick(col: array[float], base: int, segments: list[tuple[int, int]]) -> arra
     for a, b in segments:
         out += col[base + a : base + b]
     return out
+
+
+def _clamped_quantile(ordered: list[float], q: float) -> float:
+    """``_sorted_quantile`` of the sorted values each raised to at least 0 (as max(0.0, x) raises them)."""
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    a, b = max(0.0, ordered[lo]), max(0.0, ordered[hi])
+    return a + (b - a) * (pos - lo)
 
 
 def _sorted_quantile(ordered: list[float], q: float) -> float:

@@ -25,6 +25,7 @@ class Steps:
         "cap",
         "comm",
         "dur",
+        "edits",
         "end",
         "exposed",
         "exposed_wait",
@@ -52,6 +53,7 @@ class Steps:
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.comm = array("d")  # time in collectives (comm records), added to the step that holds each span
         self.total = 0  # steps ever completed (the table itself may be trimmed)
+        self.edits = 0  # rows changed in place (a measurement added to a finished step) or cleared
         self.scan: tuple[Any, ...] | None = (
             None  # the diagnosis's incremental scan for long steps (see diagnose.window)
         )
@@ -129,6 +131,7 @@ class Steps:
         for col in self._columns():
             del col[:]
         self.total = 0
+        self.edits += 1
         self.scan = None
         self._cum = None
         self._counts = None
@@ -140,7 +143,8 @@ class Steps:
         window sums any range in O(1) however many steps it spans."""
         offset = self.total - len(self.end)
         c = self._cum
-        if c is None or c[0] > offset or c[0] + len(c[1]) - 1 > self.total:
+        if c is None or c[0] > offset or not offset <= c[0] + len(c[1]) - 1 <= self.total:
+            # Not yet taken, taken from a cleared table, or every row summed has been trimmed since.
             c = self._cum = [offset, array("d", [0.0]), array("d", [0.0]), array("d", [0.0])]
         first, cum_dur, cum_wait, cum_samples = c
         if first < offset:
@@ -175,7 +179,7 @@ class Steps:
     def _row_counts(self) -> list[Any]:
         offset = self.total - len(self.end)
         c = self._counts
-        if c is None or c[0] > offset or c[0] + len(c[1]) - 1 > self.total:
+        if c is None or c[0] > offset or not offset <= c[0] + len(c[1]) - 1 <= self.total:
             c = self._counts = [offset, *(array("q", [0]) for _ in range(4))]
         first = c[0]
         if first < offset:
@@ -190,11 +194,14 @@ class Steps:
             prev = self.loader[done - 1] if done else loader[0]
             exposed = self.exposed[done:]
             comm = self.comm[done:]
+            # Byte comparisons first: most batches hold no warm-up, no switch, no measurement, no collective.
             flags = (
-                None if warm.count(0) == n else bytes(map(bool, warm)),
-                None if loader.count(prev) == n else bytes(map(operator.ne, loader, [prev, *loader[:-1]])),
+                None if warm.tobytes().count(0) == n else bytes(map(bool, warm)),
+                None
+                if loader.tobytes() == array("l", [prev]).tobytes() * n
+                else bytes(map(operator.ne, loader, [prev, *loader[:-1]])),
                 None if exposed.tobytes() == _NAN8 * n else bytes(map(operator.eq, exposed, exposed)),
-                None if comm.count(0.0) == n else bytes(map(bool, comm)),
+                None if comm.tobytes() == bytes(8 * n) else bytes(map(bool, comm)),
             )
             for cum, flag in zip(c[1:], flags, strict=True):
                 last = cum[-1]
@@ -226,6 +233,7 @@ class Steps:
         self.exposed[k] = exposed if old != old else old + exposed
         self.exposed_wait[k] += t1 - t0
         self._changed(k)
+        self.edits += 1
         return True
 
     def add_comm(self, t0: float, t1: float) -> bool:
@@ -237,6 +245,7 @@ class Steps:
             return False
         self.comm[k] += t1 - t0
         self._changed(k)
+        self.edits += 1
         return True
 
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:

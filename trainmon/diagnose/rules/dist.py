@@ -55,19 +55,26 @@ def transfer_share(windows: list[RunWindow]) -> float:
     ref = min(range(len(rows)), key=lambda r: len(rows[r][0]))
     end0, dur0, comm0 = rows[ref]
     stride = max(1, -(-len(end0) // MAX_ALIGNED))
+    others = [row for r, row in enumerate(rows) if r != ref]
     shares = []
     for k in range(0, len(end0), stride):
         if dur0[k] <= 0:
             continue
+        e = end0[k]
         least = comm0[k] / dur0[k]
-        for r, (end, dur, comm) in enumerate(rows):
-            if r == ref:
-                continue
-            j = bisect_left(end, end0[k])
-            near = min((i for i in (j - 1, j) if 0 <= i < len(end)), key=lambda i: abs(end[i] - end0[k]), default=None)
-            if near is None or abs(end[near] - end0[k]) > 0.5 * dur0[k] or dur[near] <= 0:
+        for end, dur, comm in others:
+            # The step of this rank ending nearest e (the earlier of two as near).
+            j = bisect_left(end, e)
+            if j == len(end):
+                if not j:
+                    break
+                j -= 1
+            elif j and not abs(end[j] - e) < abs(end[j - 1] - e):
+                j -= 1
+            if abs(end[j] - e) > 0.5 * dur0[k] or dur[j] <= 0:
                 break
-            least = min(least, comm[near] / dur[near])
+            if (share := comm[j] / dur[j]) < least:
+                least = share
         else:
             shares.append(least)
     return quantile(shares, 0.5)
