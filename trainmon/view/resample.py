@@ -35,10 +35,24 @@ def bucket_series(series: Series | None, edges: Sequence[float], hold_s: float, 
     if series is None or not len(series) or n <= 0:
         return out
     times, values = series.times, series.values
-    idx = [bisect_right(times, e) for e in edges]
+    first, last = bisect_right(times, edges[0]), bisect_right(times, edges[-1])
+    if first == last:  # no sample on the axis: only the one before it, held while it is recent enough
+        if first:
+            t, v = times[first - 1], values[first - 1]
+            for k in range(n):
+                if edges[k + 1] - t > hold_s:
+                    break
+                out[k] = v
+        return out
+    idx = [bisect_right(times, e, first, last) for e in edges]
     for k in range(n):
         i, j = idx[k], idx[k + 1]
-        if j > i:
+        if j == i + 1:  # the common case at 1 s sampling: one sample, its own mean, minimum and maximum
+            v = values[i]
+            if v == v:
+                out[k] = v
+                continue
+        elif j > i:
             vals = known(values[i:j])
             if vals:
                 if how == "max":
