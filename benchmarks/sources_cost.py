@@ -1,6 +1,9 @@
 """Per-tick CPU cost of the disk and procs sources, and of the procs thread-state sampler.
 
-    python benchmarks/sources_cost.py [--ticks 200] [--workers 8] [--main-threads 32] [--worker-threads 4]
+    python benchmarks/sources_cost.py [--ticks 200] [--mains 1] [--workers 8] [--main-threads 32] [--worker-threads 4]
+
+The heavy load of docs/performance.md (16 ranks with 4 workers each, 4 threads apiece):
+``--mains 16 --workers 64 --main-threads 4``.
 
 Tracked processes are real sleeping children shaped like a training job: one main process with many threads
 (PyTorch's intra-op and helper threads) and DataLoader-like workers with a few each.
@@ -76,18 +79,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--pause", type=float, default=0.01, help="seconds between ticks")
+    ap.add_argument("--mains", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--main-threads", type=int, default=32)
     ap.add_argument("--worker-threads", type=int, default=4)
     ap.add_argument("--sampler-seconds", type=float, default=5.0)
     args = ap.parse_args()
 
-    kids = spawn_sleepers(1, args.main_threads) + spawn_sleepers(args.workers, args.worker_threads)
-    tracked = {kids[0].pid: "main", **{k.pid: "worker" for k in kids[1:]}}
-    nthreads = args.main_threads + args.workers * args.worker_threads
+    kids = spawn_sleepers(args.mains, args.main_threads) + spawn_sleepers(args.workers, args.worker_threads)
+    tracked = {k.pid: "main" if i < args.mains else "worker" for i, k in enumerate(kids)}
+    nthreads = args.mains * args.main_threads + args.workers * args.worker_threads
     try:
         print(
-            f"{os.cpu_count()} CPUs; tracked: 1 main ({args.main_threads} threads) + {args.workers} workers "
+            f"{os.cpu_count()} CPUs; tracked: {args.mains} mains ({args.main_threads} threads each) + "
+            f"{args.workers} workers "
             f"({args.worker_threads} threads each) = {len(tracked)} pids, {nthreads} threads"
         )
         print(f"{'per tick (µs)':<34} {'cpu p50':>9} {'cpu p95':>9} {'wall p50':>9} {'metrics':>8}")

@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from trainmon.metrics import PROC, PROC_IO_FIELDS
@@ -40,12 +42,78 @@ class _Gone(Exception):
     """The process exited (or became a zombie) between listing and reading."""
 
 
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
+def _held_limit() -> int:
+    """How many /proc files a ProcSource keeps open: a quarter of the descriptor limit, 4096 at most."""
     try:
-        return os.read(fd, _READ_MAX)
-    finally:
-        os.close(fd)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 0
+    return 4096 if soft == resource.RLIM_INFINITY else max(0, min(4096, soft // 4))
+
+
+class _Held:
+    """/proc files of the tracked pids kept open between reads, each re-read from its start with one pread instead
+    of open, read and close; at most ``limit`` of them, the rest read by path.
+
+    Files are grouped per pid ("stat", "io", and per thread). A kept file whose process or thread has gone (the
+    kernel answers ESRCH once it is reaped, also when its pid is reused), or that fails in any way, is closed and
+    read again by path: what is returned is always what a fresh open would read. One lock covers the reads too, so
+    that a file closed by one thread is never read through a reused descriptor by the other."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._fds: dict[int, dict[str, dict[str, int]]] = {}  # pid → group → name → fd
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def read(self, pid: int, group: str, name: str, path: str) -> bytes:
+        with self._lock:
+            files = self._fds.get(pid, {}).get(group)
+            fd = files.get(name) if files is not None else None
+            if fd is not None and files is not None:
+                try:
+                    return os.pread(fd, _READ_MAX, 0)
+                except OSError:
+                    del files[name]
+                    self._n -= 1
+                    os.close(fd)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.read(fd, _READ_MAX)
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._n < self.limit:
+                self._fds.setdefault(pid, {}).setdefault(group, {})[name] = fd
+                self._n += 1
+            else:
+                os.close(fd)
+            return data
+
+    def retain(self, pid: int, group: str, names: AbstractSet[str]) -> None:
+        """Close the files of ``group`` whose name is not in ``names`` (threads that have exited)."""
+        with self._lock:
+            files = self._fds.get(pid, {}).get(group)
+            if files and not files.keys() <= names:
+                for name in [n for n in files if n not in names]:
+                    os.close(files.pop(name))
+                    self._n -= 1
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            for files in self._fds.pop(pid, {}).values():
+                for fd in files.values():
+                    os.close(fd)
+                    self._n -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            self.limit = 0
+            for files in [f for groups in self._fds.values() for f in groups.values()]:
+                for fd in files.values():
+                    os.close(fd)
+            self._fds.clear()
+            self._n = 0
 
 
 def _stat_fields(data: bytes) -> list[bytes]:
@@ -103,6 +171,7 @@ class ProcSource:
         self._thread: threading.Thread | None = None
         self._logged: set[str] = set()
         self._gone: set[int] = set()  # tracked pids already found gone: logged once each
+        self._held = _Held(_held_limit())
 
     # ---- public -------------------------------------------------------------------------------------
 
@@ -131,6 +200,7 @@ class ProcSource:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)
+        self._held.close()  # from here on every file is read by path
 
     def __enter__(self) -> ProcSource:
         return self
@@ -246,9 +316,10 @@ class ProcSource:
         counts = [0] * _NCOUNT
         main = str(pid)
         blocked: list[str] = []
+        held = self._held
         for tid in tids:
             try:
-                data = _read(f"{task_dir}/{tid}/stat")
+                data = held.read(pid, "task-stat", tid, f"{task_dir}/{tid}/stat")
             except OSError:
                 continue  # the thread exited after the listing
             state = data[data.rfind(b")") + 2 :][:1]
@@ -262,6 +333,7 @@ class ProcSource:
                 counts[4] += 1
                 if idx:
                     counts[4 + idx] += 1
+        held.retain(pid, "task-stat", set(tids))
         reads = counts[0]
         # What a waiting worker waits on: only the run's DataLoader workers, only while their main thread is not
         # running, only their blocked threads (main first), stopping at the first network wait; each look counts
@@ -356,7 +428,7 @@ class ProcSource:
     def _read_pid(self, pid: int) -> _Reading:
         base = f"{self.proc_root}/{pid}"
         try:
-            data = _read(f"{base}/stat")
+            data = self._held.read(pid, "stat", "", f"{base}/stat")
         except (FileNotFoundError, ProcessLookupError) as exc:
             raise _Gone from exc
         t = time.monotonic()
@@ -370,13 +442,13 @@ class ProcSource:
             rss_bytes=int(f[21]) * _PAGE,
             threads=int(f[17]),
         )
-        cur.io = self._read_io(base, cur.na)
-        cur.wait_ns, cur.wait_t = self._read_runq_wait(base, cur.na)
+        cur.io = self._read_io(pid, base, cur.na)
+        cur.wait_ns, cur.wait_t = self._read_runq_wait(pid, base, cur.na)
         return cur
 
-    def _read_io(self, base: str, na: dict[str, str]) -> dict[str, int] | None:
+    def _read_io(self, pid: int, base: str, na: dict[str, str]) -> dict[str, int] | None:
         try:
-            data = _read(f"{base}/io")
+            data = self._held.read(pid, "io", "", f"{base}/io")
         except (FileNotFoundError, ProcessLookupError) as exc:
             if not os.path.exists(f"{base}/stat"):
                 raise _Gone from exc
@@ -395,7 +467,7 @@ class ProcSource:
                 io[name] = int(value)
         return io
 
-    def _read_runq_wait(self, base: str, na: dict[str, str]) -> tuple[dict[str, int] | None, float]:
+    def _read_runq_wait(self, pid: int, base: str, na: dict[str, str]) -> tuple[dict[str, int] | None, float]:
         """Per-thread run-queue wait in ns (/proc/<pid>/task/<tid>/schedstat, 2nd field)."""
         task_dir = f"{base}/task"
         try:
@@ -407,15 +479,17 @@ class ProcSource:
             return None, 0.0
         waits: dict[str, int] = {}
         missing = 0
+        held = self._held
         for tid in tids:
             try:
-                waits[tid] = int(_read(f"{task_dir}/{tid}/schedstat").split()[1])
+                waits[tid] = int(held.read(pid, "schedstat", tid, f"{task_dir}/{tid}/schedstat").split()[1])
             except (FileNotFoundError, ProcessLookupError):
                 missing += 1  # the thread exited after the listing, or no schedstat at all
             except (OSError, IndexError, ValueError) as exc:
                 na["runq_wait_ms_s"] = _os_reason(f"{task_dir}/{tid}/schedstat", exc)
                 return None, 0.0
         t = time.monotonic()
+        held.retain(pid, "schedstat", waits.keys())
         if not waits and missing:
             na["runq_wait_ms_s"] = "schedstat not available (kernel without CONFIG_SCHED_INFO)"
             return None, 0.0
@@ -437,6 +511,7 @@ class ProcSource:
             self.na_reasons[prefix + key] = reason
 
     def _forget(self, pid: int) -> None:
+        self._held.forget(pid)
         self._prev.pop(pid, None)
         self._socks.pop(pid, None)
         self._net.forget(pid)

@@ -1,0 +1,115 @@
+"""The process source keeps its /proc files open between ticks: each read is what a fresh open reads, and the files
+of threads and processes that have gone are closed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from trainmon.metrics import PROC
+from trainmon.sources.procs import ProcSource, _Held
+
+# A child that spins on one thread (its CPU figures move) and, once told on stdin, lets a second thread exit.
+CHILD = r"""
+import sys, threading, time
+stop = threading.Event()
+helper = threading.Thread(target=stop.wait)
+helper.start()
+print(threading.get_native_id(), helper.native_id, flush=True)
+threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(int, 1)], daemon=True).start()
+sys.stdin.readline()
+stop.set()
+helper.join()
+print("joined", flush=True)
+time.sleep(60)
+"""
+
+
+def _child() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    _, helper = proc.stdout.readline().split()
+    return proc, helper
+
+
+def _utime(stat: bytes) -> int:
+    return int(stat[stat.rfind(b")") + 2 :].split()[11])
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_kept_file_reads_fresh_content_and_a_gone_process_is_read_by_path():
+    proc, _ = _child()
+    held = _Held(limit=8)
+    path = f"/proc/{proc.pid}/stat"
+    try:
+        first = _utime(held.read(proc.pid, "stat", "", path))
+        deadline = time.monotonic() + 10
+        while _utime(held.read(proc.pid, "stat", "", path)) == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _utime(held.read(proc.pid, "stat", "", path)) > first  # CPU time moved: not a stale copy
+        with open(path, "rb") as fh:
+            assert held.read(proc.pid, "stat", "", path).split()[:3] == fh.read().split()[:3]
+    finally:
+        proc.kill()
+        proc.wait()
+    try:
+        held.read(proc.pid, "stat", "", path)
+    except FileNotFoundError:
+        pass  # gone, exactly as a fresh open says: the kept descriptor (ESRCH) was dropped first
+    else:
+        raise AssertionError("a reaped process read as present")
+    assert held._n == 0
+    held.close()
+
+
+def test_files_of_exited_threads_and_forgotten_pids_are_closed():
+    proc, helper = _child()
+    before = _fds()
+    source = ProcSource(lambda: {proc.pid: "worker"}, hz_states=0)
+    try:
+        source.sample()
+        source.sample()
+        kept = source._held._fds[proc.pid]
+        assert helper in kept["schedstat"] and helper in kept["task-stat"]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "joined"
+        source.sample()
+        assert helper not in kept["schedstat"] and helper not in kept["task-stat"]
+        assert set(kept["schedstat"]) == set(os.listdir(f"/proc/{proc.pid}/task"))
+        open_now = len(_fds() - before)
+        assert open_now == source._held._n > 0
+    finally:
+        proc.kill()
+        proc.wait()
+    out = source.sample()
+    assert not any(key.startswith(PROC.id_prefix(proc.pid)) for key in out)
+    assert proc.pid not in source._held._fds and source._held._n == 0
+    source.close()
+    assert _fds() <= before
+
+
+def test_beyond_the_limit_files_are_read_by_path_and_close_releases_all():
+    proc, _ = _child()
+    before = _fds()
+    held = _Held(limit=2)
+    try:
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+        for _ in range(2):
+            for tid in tids:
+                data = held.read(proc.pid, "schedstat", tid, f"/proc/{proc.pid}/task/{tid}/schedstat")
+                assert len(data.split()) == 3
+        assert held._n == 2 and len(_fds() - before) == 2
+        held.close()
+        assert _fds() <= before
+        held.read(proc.pid, "stat", "", f"/proc/{proc.pid}/stat")  # after close: by path, nothing kept
+        assert held._n == 0 and _fds() <= before
+    finally:
+        proc.kill()
+        proc.wait()
