@@ -13,6 +13,7 @@ import math
 import random
 from array import array
 from bisect import bisect_left
+from fractions import Fraction
 
 import pytest
 
@@ -22,7 +23,7 @@ from trainmon.diagnose.rules.dist import transfer_share
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import MAX_DETAIL, long_candidates, quantile, run_window
 from trainmon.store.run import Run
-from trainmon.store.steps import Steps
+from trainmon.store.steps import Steps, _exact_parts
 
 NAN = math.nan
 
@@ -141,6 +142,45 @@ def test_a_figure_read_again_after_a_step_was_edited_is_read_from_the_edited_row
     for k in range(len(run.steps)):
         run.steps.add_comm(run.steps.start[k], run.steps.start[k] + run.steps.dur[k] * 0.9)
     assert w.compute_p50_s() < before  # not the figure of the table before its steps were edited
+
+
+@pytest.mark.parametrize("odd", ["", "nan", "inf"])
+def test_block_sums_give_fsum_of_the_rows_exactly(odd: str) -> None:
+    rnd = random.Random(len(odd))
+    steps = Steps(20_000)
+    for k in range(30_000):
+        # Magnitudes 1e-40..1e3 and cancelling signs: a block's exact sum needs several floats.
+        c = rnd.choice((0.0, rnd.uniform(0, 1e-3), 10 ** rnd.uniform(-40, 3), -(10 ** rnd.uniform(-40, 3))))
+        ex = NAN if rnd.random() < 0.3 else 10 ** rnd.uniform(-9, -2)
+        steps.add(k, k + 1.0, 0.5, 1, False, ex, 1, 0.5 if ex == ex else 0.0, c)
+    if odd:
+        steps.comm[rnd.randrange(len(steps))] = NAN if odd == "nan" else math.inf
+    for trial in range(300):
+        if trial % 50 == 49:  # edited in place once its block was summed
+            k = rnd.randrange(len(steps))
+            steps.add_comm(steps.start[k] + 0.1, steps.start[k] + 0.3)
+            steps.add_exposed(steps.start[k] + 0.1, steps.start[k] + 0.2, 1e-5, 1)
+        i = rnd.randrange(len(steps))
+        j = rnd.randrange(i, len(steps) + 1)
+        for column in ("comm", "exposed_wait"):
+            got, want = steps.fsum(column, i, j), math.fsum(getattr(steps, column)[i:j])
+            assert got == want or (math.isnan(got) and math.isnan(want)), column
+        assert steps.fsum("exposed", i, j, measured=True) == math.fsum(x for x in steps.exposed[i:j] if x == x)
+    if not odd:
+        assert steps.fsum("comm", 0, len(steps)) != sum(steps.comm)  # plain addition would not have done
+
+
+def test_a_blocks_parts_sum_exactly_to_its_rows() -> None:
+    rnd = random.Random(8)
+    several = 0
+    for _ in range(200):
+        values = [rnd.choice((1, -1)) * 10 ** rnd.uniform(-40, 3) for _ in range(rnd.randint(0, 1024))]
+        parts = _exact_parts(values)
+        assert parts is not None
+        assert sum(map(Fraction, parts), Fraction(0)) == sum(map(Fraction, values), Fraction(0))
+        several += len(parts) > 2
+    assert several  # sums that one rounding error term does not hold were among them
+    assert _exact_parts([1.0, math.inf]) is None and _exact_parts([math.nan]) is None
 
 
 def test_negative_zero_and_nan_rows_are_counted_as_a_plain_scan_counts_them() -> None:

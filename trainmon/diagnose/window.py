@@ -342,9 +342,15 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     w.wait_s = sum(cum_wait[i + b] - cum_wait[i + a] for a, b in segments)
     w.samples = round(sum(cum_samples[i + b] - cum_samples[i + a] for a, b in segments))
     w.last_end = steps.end[i + segments[-1][1] - 1]
-    if in_comm:  # some step in the rows spent time in collectives (0 otherwise, as the sum of zeros is)
+    if in_comm and mask is None:  # from the table's block sums: the same float, without a pass over every row
+        w.comm_s = steps.fsum("comm", i, j)
+    elif in_comm:  # some step in the rows spent time in collectives (0 otherwise, as the sum of zeros is)
         w.comm_s = math.fsum(_pick(steps.comm, i, segments))
-    exposed = _pick(steps.exposed, i, segments) if measured else None
+    if measured and mask is None:
+        w.exposed_s = steps.fsum("exposed", i, j, measured=True)
+        w.exposed_wait_s = steps.fsum("exposed_wait", i, j)
+        w.exposed_steps = measured
+    exposed = _pick(steps.exposed, i, segments) if measured and mask is not None else None
     if exposed is not None and exposed.tobytes() != _NAN8 * m:  # a step has a measured exposed wait (CUDA)
         known_exposed = known(exposed)
         w.exposed_s = math.fsum(known_exposed)

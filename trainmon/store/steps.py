@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Any
 
+FSUM_BLOCK = 1024  # rows whose exact sum Steps.fsum keeps
 _NAN = float("nan")
 _NAN8 = array("d", [_NAN]).tobytes()
 
@@ -22,6 +24,7 @@ class Steps:
     __slots__ = (
         "_counts",
         "_cum",
+        "_exact",
         "cap",
         "comm",
         "dur",
@@ -59,6 +62,7 @@ class Steps:
         )
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
         self._counts: list[Any] | None = None  # [first row, running counts of rare rows] (see row_counts)
+        self._exact: dict[tuple[str, int], list[float] | None] = {}  # (column, block) -> its sum's parts (see fsum)
 
     def _columns(self) -> tuple[array[Any], ...]:
         return (
@@ -135,6 +139,7 @@ class Steps:
         self.scan = None
         self._cum = None
         self._counts = None
+        self._exact.clear()
 
     def prefix_sums(self) -> tuple[array[float], array[float], array[float]]:
         """Running sums of duration, wait and samples: ``cum[j] - cum[i]`` is the sum over rows [i, j).
@@ -212,8 +217,43 @@ class Steps:
                     cum.fromlist(list(itertools.accumulate(flag, initial=last)))
         return c
 
+    def fsum(self, column: str, i: int, j: int, *, measured: bool = False) -> float:
+        """``math.fsum`` of a column's rows [i, j) ("comm", "exposed" or "exposed_wait"; with ``measured``, of those
+        not nan), the same float, in O(rows / FSUM_BLOCK) once the blocks of FSUM_BLOCK rows it spans are summed.
+
+        fsum rounds the exact sum of its inputs once, so a block's exact sum may stand for its rows: kept as a few
+        floats whose exact sum it is (each fsum's rounding error taken out by the next), computed once per block."""
+        col = self._fsum_columns()[column]
+        offset = self.total - len(self.end)
+        b0, b1 = -(-(i + offset) // FSUM_BLOCK), (j + offset) // FSUM_BLOCK  # whole blocks within the rows
+        if b1 - b0 < 2:
+            return math.fsum(_known(col[i:j]) if measured else col[i:j])
+        if len(self._exact) > 4 * (b1 - b0 + 8):
+            for key in [key for key in self._exact if key[1] * FSUM_BLOCK < offset]:
+                del self._exact[key]  # trimmed off the table
+        head, tail = col[i : b0 * FSUM_BLOCK - offset], col[b1 * FSUM_BLOCK - offset : j]
+        parts = _known(head) + _known(tail) if measured else [*head, *tail]
+        name = column + "+" if measured else column
+        for b in range(b0, b1):
+            key = (name, b)
+            if key not in self._exact:
+                rows = col[b * FSUM_BLOCK - offset : (b + 1) * FSUM_BLOCK - offset]
+                self._exact[key] = _exact_parts(_known(rows) if measured else list(rows))
+            block = self._exact[key]
+            if block is None:  # nan or ±inf among its rows: fsum's own rules apply
+                return math.fsum(_known(col[i:j]) if measured else col[i:j])
+            parts += block
+        return math.fsum(parts)
+
+    def _fsum_columns(self) -> dict[str, array[float]]:
+        return {"comm": self.comm, "exposed": self.exposed, "exposed_wait": self.exposed_wait}
+
     def _changed(self, k: int) -> None:
-        """Row ``k`` (of the table) changed in place: its running counts are taken again from it on."""
+        """Row ``k`` (of the table) changed in place: its running counts are taken again from it on, its block
+        summed again."""
+        b = (k + self.total - len(self.end)) // FSUM_BLOCK
+        for name in ("comm", "exposed", "exposed+", "exposed_wait"):
+            self._exact.pop((name, b), None)
         c = self._counts
         if c is not None:
             keep = k - (c[0] - (self.total - len(self.end))) + 1
@@ -251,3 +291,25 @@ class Steps:
     def index_range(self, t0: float, t1: float) -> tuple[int, int]:
         """Steps that ended within ``[t0, t1]``."""
         return bisect_left(self.end, t0), bisect_right(self.end, t1)
+
+
+def _known(values: array[float]) -> list[float]:
+    return [v for v in values if v == v]
+
+
+def _exact_parts(values: list[float]) -> list[float] | None:
+    """Floats whose exact sum is that of ``values`` (None where it is not a finite number, or on overflow)."""
+    try:
+        parts = [math.fsum(values)]
+        if not math.isfinite(parts[0]):
+            return None
+        rest = [*values, -parts[0]]
+        for _ in range(64):  # each round leaves at most half an ulp of the last: a few rounds at most
+            r = math.fsum(rest)
+            if r == 0.0:
+                return parts
+            parts.append(r)
+            rest.append(-r)
+    except OverflowError:
+        pass
+    return None
