@@ -13,7 +13,8 @@ probe sink after the store in its fan-out, and real agent processes (benchmarks/
 the real sender with its 0.1 s tick): for every step record, the monitor's CLOCK_MONOTONIC when the store has it
 minus the agent's ``perf_counter_ns`` at the step's end.
 
-    python benchmarks/ingest.py [--clients 8] [--records 4000000] [--latency-agents 16] [--json FILE]
+    python benchmarks/ingest.py [--clients 8] [--records 4000000] [--irregular 50] [--no-latency]
+        [--latency-agents 16] [--json FILE]
 """
 
 from __future__ import annotations
@@ -44,14 +45,24 @@ TARGET_P99_MS = 200.0
 # ---------------------------------------------------------------- throughput: the stream
 
 
-def step_records(steps: int, t0_ns: int, period_ns: int = 1_000_000) -> array:
-    """``steps`` steps of a DataLoader loop: (wait of loader 1, t, t + 200 µs), (opt, t + period, same)."""
+def step_records(steps: int, t0_ns: int, period_ns: int = 1_000_000, irregular: int = 0) -> array:
+    """``steps`` steps of a DataLoader loop: (wait of loader 1, t, t + 200 µs), (opt, t + period, same); with
+    ``irregular``, every that many steps a batch of an evaluation loader (2) follows the optimizer step, as in a
+    loop that validates now and then: a record that breaks the regular pattern."""
     recs = array("q", bytes(steps * 2 * P.RECORD_BYTES))
     wait_tag = P.K_WAIT | 1 << 8
     for i in range(steps):
         t = t0_ns + i * period_ns
         j = i * 8
         recs[j : j + 8] = array("q", (wait_tag, t, t + 200_000, 0, P.K_OPT, t + period_ns, t + period_ns, 0))
+    if irregular:
+        out = array("q")
+        for k in range(0, steps, irregular):
+            end = 8 * min(k + irregular, steps)
+            t = recs[end - 3]  # the last step's optimizer step, when the next step's wait begins
+            out += recs[8 * k : end]
+            out += array("q", (P.K_WAIT | 2 << 8, t + 1, t + 2, 0))
+        recs = out
     return recs
 
 
@@ -62,8 +73,8 @@ def opening(pid: int) -> bytes:
     return P.PREAMBLE + P.json_frame(P.F_HELLO, hello) + P.json_frame(P.F_INFO, loader)
 
 
-def event_frames(steps: int, frame_records: int) -> bytes:
-    recs = step_records(steps, time.monotonic_ns())
+def event_frames(steps: int, frame_records: int, irregular: int = 0) -> bytes:
+    recs = step_records(steps, time.monotonic_ns(), irregular=irregular)
     per = frame_records * P.RECORD_FIELDS
     return b"".join(
         P.frame(P.F_EVENTS, P.events_payload(recs[start : start + per])) for start in range(0, len(recs), per)
@@ -80,13 +91,14 @@ def send_all(address: str, data: bytes) -> None:
         s.recv(1)  # the server closes when it has read everything
 
 
-def throughput(clients: int, records: int, frame_records: int, recorder: bool, tmp: str) -> dict:
+def throughput(clients: int, records: int, frame_records: int, recorder: bool, tmp: str, irregular: int = 0) -> dict:
     steps = records // clients // 2
-    frames = event_frames(steps, frame_records)
+    frames = event_frames(steps, frame_records, irregular)
+    n_records = len(step_records(steps, 0, irregular=irregular)) // P.RECORD_FIELDS
     streams = [opening(100 + i) + frames for i in range(clients)]
-    address = os.path.join(tmp, f"ingest-{int(recorder)}.sock")
-    out = os.path.join(tmp, f"ingest-{int(recorder)}.json")
-    cmd = [PY, __file__, "--serve", address, "--expect", str(steps * 2 * clients), "--out", out]
+    address = os.path.join(tmp, f"ingest-{int(recorder)}-{irregular}.sock")
+    out = os.path.join(tmp, f"ingest-{int(recorder)}-{irregular}.json")
+    cmd = [PY, __file__, "--serve", address, "--expect", str(n_records * clients), "--out", out]
     if recorder:
         cmd += ["--record", os.path.join(tmp, "ingest.tmrec")]
     server = subprocess.Popen(cmd, env=child_env())
@@ -255,6 +267,17 @@ def measure(args: argparse.Namespace) -> list[Row]:
     rows.append(rate_row("ingest: step records/s on one core (store)", r, args.frame_records, args.clients))
     r = throughput(args.clients, args.records, args.frame_records, True, tmp)
     rows.append(rate_row("ingest: step records/s on one core (store + recorder)", r, args.frame_records, args.clients))
+    r = throughput(args.clients, args.records, args.frame_records, False, tmp, irregular=args.irregular)
+    rows.append(
+        rate_row(
+            f"ingest: step records/s on one core (store, an eval batch every {args.irregular} steps)",
+            r,
+            args.frame_records,
+            args.clients,
+        )
+    )
+    if args.no_latency:
+        return rows
     lat = latency(args.latency_agents, args.latency_rate, args.latency_seconds, 5.0, tmp)
     rows.append(
         Row(
@@ -277,6 +300,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--records", type=int, default=4_000_000, help="records in all (two per step)")
     ap.add_argument("--frame-records", type=int, default=200)
+    ap.add_argument("--irregular", type=int, default=50, help="steps between eval batches in the third row")
+    ap.add_argument("--no-latency", action="store_true", help="the throughput rows only")
     ap.add_argument("--latency-agents", type=int, default=16)
     ap.add_argument("--latency-rate", type=float, default=1000.0)
     ap.add_argument("--latency-seconds", type=float, default=20.0)
