@@ -113,3 +113,21 @@ def test_beyond_the_limit_files_are_read_by_path_and_close_releases_all():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_tree_that_is_not_procfs_is_read_by_path(tmp_path):
+    """A copied or fake tree (``proc_root``) keeps nothing open: a pid whose directory is removed is gone at once."""
+    stat = "200 (w) S " + " ".join(["0"] * 16 + ["1", "0", "777", "0", "256"] + ["0"] * 20) + "\n"
+    task = tmp_path / "200" / "task" / "200"
+    task.mkdir(parents=True)
+    for path, text in ((tmp_path / "200" / "stat", stat), (task / "stat", stat), (task / "schedstat", "1 2 3\n")):
+        path.write_text(text)
+    source = ProcSource(lambda: {200: "worker"}, hz_states=0, proc_root=str(tmp_path))
+    try:
+        assert source.sample()[PROC.key(200, "threads")] == 1.0
+        assert source._held._n == 0
+        for path in sorted(tmp_path.rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        assert not any(key.startswith(PROC.id_prefix(200)) for key in source.sample())
+    finally:
+        source.close()

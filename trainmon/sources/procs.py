@@ -32,6 +32,7 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_MAX = 8192
 _STATES = (b"R", b"S", b"D")
+_STATE_INDEX = {state: i for i, state in enumerate(_STATES, start=1)}
 # Counters per pid: all threads' observations then the main thread's: [n, R, S, D, main_n, main_R, main_S, main_D],
 # then, for workers, the observations in which the worker waited on the network and those whose wait was unresolved.
 _NCOUNT = 10
@@ -171,7 +172,8 @@ class ProcSource:
         self._thread: threading.Thread | None = None
         self._logged: set[str] = set()
         self._gone: set[int] = set()  # tracked pids already found gone: logged once each
-        self._held = _Held(_held_limit())
+        # Only on a procfs: a kept descriptor of a plain file (a copied or fake tree) reads on after it is deleted.
+        self._held = _Held(_held_limit() if os.path.islink(f"{self.proc_root}/self") else 0)
 
     # ---- public -------------------------------------------------------------------------------------
 
@@ -322,8 +324,9 @@ class ProcSource:
                 data = held.read(pid, "task-stat", tid, f"{task_dir}/{tid}/stat")
             except OSError:
                 continue  # the thread exited after the listing
-            state = data[data.rfind(b")") + 2 :][:1]
-            idx = _STATES.index(state) + 1 if state in _STATES else 0
+            at = data.rfind(b")") + 2
+            state = data[at : at + 1]
+            idx = _STATE_INDEX.get(state, 0)
             counts[0] += 1
             if idx:
                 counts[idx] += 1
