@@ -114,6 +114,7 @@ def test_row_counts_and_window_figures_match_the_plain_per_step_computation(case
             sum(1 for k in range(i + 1, j) if steps.loader[k] != steps.loader[k - 1]),
             sum(1 for k in range(i, j) if steps.exposed[k] == steps.exposed[k]),
             sum(1 for k in range(i, j) if steps.comm[k] != 0.0),
+            sum(1 for k in range(i, j) if not 1e-9 <= steps.dur[k] < math.inf),
         )
         if j == i:
             continue
@@ -190,8 +191,24 @@ def test_negative_zero_and_nan_rows_are_counted_as_a_plain_scan_counts_them() ->
     assert steps.row_counts(0, 50)[3] == 0  # -0.0 is no time in collectives
     steps.add_comm(10.2, 10.4)
     steps.add_exposed(20.0, 20.5, 0.1, 1)
-    assert steps.row_counts(0, 50) == (0, 0, 1, 1)
-    assert steps.row_counts(11, 50) == (0, 0, 1, 0)
+    steps.add(50.0, 50.0, 0.0, 1, False, NAN, 1)  # lasted no time
+    steps.add(50.0, NAN, 0.0, 1, False, NAN, 1)
+    assert steps.row_counts(0, 50) == (0, 0, 1, 1, 0)
+    assert steps.row_counts(11, 52) == (0, 0, 1, 0, 2)
+
+
+def test_steps_that_did_not_last_are_counted_wherever_they_are_in_a_batch() -> None:
+    steps = Steps(None)
+    for k in range(50):
+        end = {20: NAN, 30: math.inf, 40: float(k)}.get(k, k + 1.0)
+        steps.add(k, end, 0.0, 1, False, NAN, 1)
+    assert steps.row_counts(0, 50).brief == 3
+    assert steps.row_counts(21, 40).brief == 1
+    for odd in (NAN, math.inf):  # alone among steps that lasted: min() of the batch does not show it
+        steps = Steps(None)
+        for k in range(50):
+            steps.add(k, odd if k == 20 else k + 1.0, 0.0, 1, False, NAN, 1)
+        assert steps.row_counts(0, 50).brief == 1
 
 
 def test_long_steps_behind_a_nan_duration_are_still_found() -> None:
@@ -319,9 +336,10 @@ def test_ranks_splits_and_refined_steps_match_the_plain_loops(ties: bool) -> Non
         wait = [w / s for w, s in zip(b.wait, b.steps, strict=True) for _ in range(s)]
         if rnd.random() < 0.3:
             dur[rnd.randrange(len(dur))] = rnd.choice((0.0, NAN, 1e-12))
+        lasted = all(1e-9 <= d < math.inf for d in dur)
         for what in ("data_wait", "step_time"):
             args = (b, lo, split[0], what, array("d", dur), array("d", wait), 5)
-            assert change._refine(*args) == _plain_refine(*args)
+            assert change._refine(*args, lasted) == _plain_refine(*args)
     assert found >= 20  # the splits compared include many found ones, not only "no change"
 
 

@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 import weakref
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -66,7 +67,7 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
         seg, (lo, found) = lo, split
     if found is None:
         return None
-    k = _refine(blocks, seg, lo, found.what, dur, wait, m // 2)
+    k = _refine(blocks, seg, lo, found.what, dur, wait, m // 2, w.lasted())
     return Change(start[k], found.what, found.before, found.after)
 
 
@@ -87,14 +88,13 @@ def _blocks(w: RunWindow, start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
     return _Blocks(edges, [start[a] for a in edges], [end[z - 1] for z in stops], steps, *sums)
 
 
-def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, reach: int) -> int:
+def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, reach: int, lasted: bool) -> int:
     """The step near the block boundary ``split`` (within a block or ``reach`` steps) where the means of ``what``
     before it (from block ``seg`` on) and after it differ most: the CUSUM statistic. Ranks find that a change
     happened; the means, with every step of the segment, place it on the step."""
     a = b.first[seg]
     durs, waits = dur[a:], wait[a:]
-    # C-level where every step lasted (no nan, no zero): the same values, in the same order, as the general case.
-    lasted = len(durs) > 0 and math.isfinite(sum(durs)) and min(durs) >= 1e-9
+    # C-level where every step lasted (``lasted``: none nan or under 1 ns): the same values, in the same order.
     values: Iterable[float]
     if what == "data_wait":
         values = (
@@ -104,12 +104,17 @@ def _refine(b: _Blocks, seg: int, split: int, what: str, dur: Any, wait: Any, re
         )
     else:
         values = map(math.log, durs) if lasted else [math.log(max(d, 1e-9)) for d in durs]
-    sums = [0.0, *itertools.accumulate(values)]
-    n, total = len(durs), sums[-1]
+    n = len(durs)
     size = b.steps[split]
     centre = b.first[split] - a
+    lo, hi = max(1, centre - max(size, reach)), min(n - 1, centre + max(size, reach))
+    # The running sums from the start, kept only where the split may be, and the last (the total).
+    running = itertools.chain((0.0,), itertools.accumulate(values))
+    sums = dict(enumerate(itertools.islice(running, lo, hi + 1), lo)) if hi >= lo else {}
+    rest = deque(running, maxlen=1)
+    total = rest[0]  # the chain holds n + 1 sums, the last never taken above
     best, at = -1.0, centre
-    for j in range(max(1, centre - max(size, reach)), min(n - 1, centre + max(size, reach)) + 1):
+    for j in range(lo, hi + 1):
         gap = abs(sums[j] / j - (total - sums[j]) / (n - j)) * math.sqrt(j * (n - j))
         if gap > best:
             best, at = gap, j

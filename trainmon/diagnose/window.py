@@ -203,6 +203,15 @@ class RunWindow:
         wait = [cum_wait[i + z] - cum_wait[i + a] for a, z in zip(edges, stops, strict=True)]
         return dur, wait
 
+    def lasted(self) -> bool:
+        """Every steady step lasted at least 1 ns (none nan or endless): shares and log-durations need no guard."""
+        if self._rows is None:
+            return False
+        steps, first, stop, _ = self._rows
+        offset = steps.total - len(steps)
+        i, j = max(0, first - offset), max(0, stop - offset)
+        return steps.row_counts(i, j).brief == 0
+
     def loader_since(self) -> float:
         """Start of the first step of this window's loader after another loader's steps in the window (the job
         switched DataLoaders inside it); nan when none precede it."""
@@ -320,7 +329,7 @@ def _compute_window(
 def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     """Sums, maxima and quantiles of the steady steps in rows [i, j): C-level slices, no per-step Python."""
     n = j - i
-    warm_rows, switches, measured, in_comm = steps.row_counts(i, j)
+    warm_rows, switches, measured, in_comm, _ = steps.row_counts(i, j)
     mask = None
     if switches or steps.loader[i] != current:
         loaders, warm = steps.loader[i:j], steps.warm[i:j]

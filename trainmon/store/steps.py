@@ -7,10 +7,27 @@ import math
 import operator
 from array import array
 from bisect import bisect_left, bisect_right
-from typing import Any
+from typing import Any, NamedTuple
 
 FSUM_BLOCK = 1024  # rows whose exact sum Steps.fsum keeps
 _NAN = float("nan")
+_BRIEF = 1e-9  # a step shorter than this (s) did not last: its share and log-duration need a guard
+
+
+class RowCounts(NamedTuple):
+    """Rows of some kinds among a range of the step table."""
+
+    warm: int  # warm-up steps
+    switches: int  # steps of another loader than the step before them (the range's first step not counted)
+    measured: int  # steps with a measured exposed wait
+    comm: int  # steps that spent time in collectives
+    brief: int  # steps that lasted under _BRIEF s, or forever, or nan
+
+
+def _brief(d: float) -> bool:
+    return not _BRIEF <= d < math.inf
+
+
 _NAN8 = array("d", [_NAN]).tobytes()
 
 
@@ -163,29 +180,29 @@ class Steps:
                 cum.fromlist(list(itertools.accumulate(col[done:], initial=last)))
         return cum_dur, cum_wait, cum_samples
 
-    def row_counts(self, i: int, j: int) -> tuple[int, int, int, int]:
-        """Among rows [i, j): how many are warm-up steps, how many take another loader than the row before them
-        (row ``i`` itself not counted), how many have a measured exposed wait, and how many spent time in
-        collectives. O(1) from running counts kept like ``prefix_sums``' (most tables have none of these rows,
-        or all of them, so extending the counts is a few C-level checks per batch of new rows)."""
+    def row_counts(self, i: int, j: int) -> RowCounts:
+        """How many of rows [i, j) are of each kind in ``RowCounts``, in O(1) from running counts kept like
+        ``prefix_sums``' (most tables have none of these rows, or all of them, so extending the counts is a few
+        C-level checks per batch of new rows)."""
         c = self._row_counts()
         base = c[0] - (self.total - len(self.end))
         i, j = i - base, j - base
         if j <= i:
-            return 0, 0, 0, 0
-        warm, change, exposed, comm = c[1:]
-        return (
+            return RowCounts(0, 0, 0, 0, 0)
+        warm, change, exposed, comm, brief = c[1:]
+        return RowCounts(
             warm[j] - warm[i],
             change[j] - change[i + 1],
             exposed[j] - exposed[i],
             comm[j] - comm[i],
+            brief[j] - brief[i],
         )
 
     def _row_counts(self) -> list[Any]:
         offset = self.total - len(self.end)
         c = self._counts
         if c is None or c[0] > offset or not offset <= c[0] + len(c[1]) - 1 <= self.total:
-            c = self._counts = [offset, *(array("q", [0]) for _ in range(4))]
+            c = self._counts = [offset, *(array("q", [0]) for _ in RowCounts._fields)]
         first = c[0]
         if first < offset:
             for col in c[1:]:
@@ -199,6 +216,7 @@ class Steps:
             prev = self.loader[done - 1] if done else loader[0]
             exposed = self.exposed[done:]
             comm = self.comm[done:]
+            dur = self.dur[done:]
             # Byte comparisons first: most batches hold no warm-up, no switch, no measurement, no collective.
             flags = (
                 None if warm.tobytes().count(0) == n else bytes(map(bool, warm)),
@@ -207,6 +225,7 @@ class Steps:
                 else bytes(map(operator.ne, loader, [prev, *loader[:-1]])),
                 None if exposed.tobytes() == _NAN8 * n else bytes(map(operator.eq, exposed, exposed)),
                 None if comm.tobytes() == bytes(8 * n) else bytes(map(bool, comm)),
+                None if min(dur) >= _BRIEF and math.isfinite(sum(dur)) else bytes(map(_brief, dur)),
             )
             for cum, flag in zip(c[1:], flags, strict=True):
                 last = cum[-1]
