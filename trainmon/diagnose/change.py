@@ -165,13 +165,18 @@ def _best_split(b: _Blocks, lo: int, th: Thresholds) -> tuple[int, Change] | Non
     # The split is the strongest material candidate, the first of equals in (what, k) order: the strong ones are
     # tried strongest first, so only those stronger than the first material one are tested for materiality.
     strong: list[tuple[float, int, int, str]] = []
+    centres = [(n - k) * (n + 1) / 2 for k in candidates]  # the rank sum after k expected without a change
+    pairs = [k * (n - k) for k in candidates]
     for what, values in (("data_wait", shares), ("step_time", times)):
         ranks, tie = _ranks(values)
         var_unit = (n + 1) / 12 * tie
         if var_unit <= 0:
             continue
         after = _suffix_sums(ranks, 0.0)
-        zs = [abs((after[k] - (n - k) * (n + 1) / 2) / math.sqrt(k * (n - k) * var_unit)) for k in candidates]
+        # |z| = |after[k] - centre| / sqrt(k (n - k) var_unit) for every candidate, the same floats, C-level.
+        deviations = map(operator.sub, map(after.__getitem__, candidates), centres)
+        sds = map(math.sqrt, map(operator.mul, pairs, itertools.repeat(var_unit)))
+        zs = map(abs, map(operator.truediv, deviations, sds))
         strong.extend((-z, len(strong), k, what) for z, k in zip(zs, candidates, strict=True) if z >= th.change_z)
     for _, _, k, what in sorted(strong):
         if (material := _material(b, lo, k, what, th)) is not None:

@@ -199,8 +199,9 @@ class RunWindow:
         if i < 0:
             return None  # trimmed from the table since the window was taken
         cum_dur, cum_wait, _ = steps.prefix_sums()
-        dur = [cum_dur[i + z] - cum_dur[i + a] for a, z in zip(edges, stops, strict=True)]
-        wait = [cum_wait[i + z] - cum_wait[i + a] for a, z in zip(edges, stops, strict=True)]
+        heads, tails = [i + a for a in edges], [i + z for z in stops]
+        dur = list(map(operator.sub, map(cum_dur.__getitem__, tails), map(cum_dur.__getitem__, heads)))
+        wait = list(map(operator.sub, map(cum_wait.__getitem__, tails), map(cum_wait.__getitem__, heads)))
         return dur, wait
 
     def lasted(self) -> bool:
