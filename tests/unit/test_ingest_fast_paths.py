@@ -14,11 +14,12 @@ from trainmon import protocol as P
 from trainmon.store.run import Run
 
 
-def _trace(seed: int, steps: int, explicit: bool, extras: float, gc: float) -> list[list[int]]:
-    """A 1000 steps/s loop with jitter: mostly [wait, boundary], now and then an eval batch, a checkpoint, a mark,
-    an epoch end and start, or a collection inside a wait."""
+def _trace(seed: int, steps: int, mode: str, extras: float, gc: float) -> list[list[int]]:
+    """A 1000 steps/s loop with jitter: mostly [wait, boundary] (mode "explicit": step(), "opt": an optimizer step,
+    "next": none, each batch starts a step), now and then an eval batch, a checkpoint, a mark, an epoch end, or a
+    collection inside a wait."""
     rnd = random.Random(seed)
-    end = P.K_STEP if explicit else P.K_OPT
+    end = {"explicit": P.K_STEP, "opt": P.K_OPT, "next": 0}[mode]
     t = 10**12
     recs: list[list[int]] = []
     for _ in range(steps):
@@ -38,7 +39,8 @@ def _trace(seed: int, steps: int, explicit: bool, extras: float, gc: float) -> l
                     ]
                 )
             )
-        recs.append([end, t, t, 0])
+        if end:
+            recs.append([end, t, t, 0])
     return recs
 
 
@@ -69,24 +71,31 @@ def _state(run: Run) -> Any:
     return steps, run.steps.total, loaders, own, run.checkpoints, run.marks
 
 
-@pytest.mark.parametrize("explicit", [True, False])
-@pytest.mark.parametrize(("gc", "cap"), [(0.0, None), (0.02, None), (0.0, 700)])
-def test_stretches_fold_and_equal_record_by_record(monkeypatch, explicit, gc, cap):
-    recs = _trace(7, 3000, explicit, extras=0.01, gc=gc)
-    folded: list[int] = []
-    prefix = Run._fold_prefix
+def _spy(monkeypatch, name: str, folded: list[int]) -> None:
+    original = getattr(Run, name)
 
     def spy(self: Run, *args: Any) -> int:
-        n = prefix(self, *args)
+        n = original(self, *args)
         folded.append(n)
         return n
 
-    monkeypatch.setattr(Run, "_fold_prefix", spy)
+    monkeypatch.setattr(Run, name, spy)
+
+
+@pytest.mark.parametrize("mode", ["explicit", "opt", "next"])
+@pytest.mark.parametrize(("gc", "cap"), [(0.0, None), (0.02, None), (0.0, 700)])
+def test_stretches_fold_and_equal_record_by_record(monkeypatch, mode, gc, cap):
+    recs = _trace(7, 3000, mode, extras=0.01, gc=gc)
+    folded: list[int] = []
+    _spy(monkeypatch, "_fold_prefix", folded)
+    _spy(monkeypatch, "_fold_next", folded)
     fast = _ingest(recs, 250, cap)
-    monkeypatch.setattr(Run, "_fold_prefix", lambda self, *args: 0)  # as before stretches were folded
+    # As before stretches (and loader-driven steps) were folded: whole regular batches only.
+    monkeypatch.setattr(Run, "_fold_prefix", lambda self, *args: 0)
+    monkeypatch.setattr(Run, "_fold_next", lambda self, *args: 0)
     slow = _ingest(recs, 250, cap)
     assert _state(fast) == _state(slow)
-    assert fast.steps.total > 2900
+    assert fast.mode == mode and fast.steps.total > 2900
     # Batches with an irregular record went through in stretches, not record by record.
     assert sum(folded) > len(recs) // 4
 
@@ -94,7 +103,7 @@ def test_stretches_fold_and_equal_record_by_record(monkeypatch, explicit, gc, ca
 def test_a_collection_partly_inside_a_wait(monkeypatch):
     """Record by record takes a collection's overlap out of a wait, also one that only partly overlaps it (which
     the whole-batch fold would not see): the stretch around it is not folded."""
-    recs = _trace(3, 400, True, extras=0.0, gc=0.0)
+    recs = _trace(3, 400, "explicit", extras=0.0, gc=0.0)
     recs.insert(201, [2 << 8 | P.K_WAIT, recs[200][2], recs[200][2] + 10, 0])  # breaks the whole-batch fold
     w = recs[205]
     recs.insert(205, [P.K_GC, w[1] + 10, w[2] + 1_000, 0])  # overlaps the wait's end: partly inside it
