@@ -321,8 +321,10 @@ class Run:
     def apply_events(self, records: array[int]) -> None:
         """Fold a batch of flat int64 records into the step table (see trainmon.protocol).
 
-        Record by record, except for the stretch of a batch where steps repeat one pattern (a train
-        batch then the step's boundary), which is folded in whole columns (see _fold_regular)."""
+        Record by record, except for the stretches of a batch where steps repeat one pattern (a train batch then
+        the step's boundary; with loader-driven steps, train batches in a row), which are folded in whole columns:
+        a wholly regular batch by _fold_regular, regular stretches between irregular records by _fold_prefix and
+        _fold_next, which fold only where that is bit-identical to going record by record."""
         self.records += len(records) // 4
         exposed = comm = None
         with memoryview(records) as view, view.cast("B") as raw:
