@@ -80,7 +80,7 @@ def _blocks(w: RunWindow, start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
     first = n - (n // size) * size
     edges = ([0] if first else []) + list(range(first, n, size))
     stops = [*edges[1:], n]
-    sums = w.block_sums(edges, stops) or (
+    sums = w.block_sums(first, size, n) or (
         [sum(dur[a:z]) for a, z in zip(edges, stops, strict=True)],
         [sum(wait[a:z]) for a, z in zip(edges, stops, strict=True)],
     )
@@ -126,8 +126,7 @@ def _ranks(values: list[float]) -> tuple[list[float], float]:
     order = sorted(range(len(values)), key=values.__getitem__)
     ranks = [0.0] * len(values)
     if len(set(values)) == len(values):  # no ties (nan equals nothing, as below; 0.0 and -0.0 are a tie)
-        for pos, k in enumerate(order, 1):
-            ranks[k] = float(pos)
+        deque(map(ranks.__setitem__, order, map(float, range(1, len(order) + 1))), maxlen=0)  # ranks[order[p]] = p+1
         return ranks, 1.0
     ties = 0.0
     i = 0
@@ -176,8 +175,9 @@ def _best_split(b: _Blocks, lo: int, th: Thresholds) -> tuple[int, Change] | Non
         # |z| = |after[k] - centre| / sqrt(k (n - k) var_unit) for every candidate, the same floats, C-level.
         deviations = map(operator.sub, map(after.__getitem__, candidates), centres)
         sds = map(math.sqrt, map(operator.mul, pairs, itertools.repeat(var_unit)))
-        zs = map(abs, map(operator.truediv, deviations, sds))
-        strong.extend((-z, len(strong), k, what) for z, k in zip(zs, candidates, strict=True) if z >= th.change_z)
+        zs = list(map(abs, map(operator.truediv, deviations, sds)))
+        if max(zs) >= th.change_z:  # most windows hold no strong candidate at all
+            strong.extend((-z, len(strong), k, what) for z, k in zip(zs, candidates, strict=True) if z >= th.change_z)
     for _, _, k, what in sorted(strong):
         if (material := _material(b, lo, k, what, th)) is not None:
             before, after_value = material

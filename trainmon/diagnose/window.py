@@ -189,20 +189,23 @@ class RunWindow:
         exposed = self.exposed_fraction
         return self.wait_fraction if is_nan(exposed) else exposed
 
-    def block_sums(self, edges: list[int], stops: list[int]) -> tuple[list[float], list[float]] | None:
-        """Summed duration and wait of the steady steps [edges[k], stops[k]) (positions in ``columns()``), in O(1)
-        each from the step table's running sums; None when warm-up or another loader's steps lie between them."""
+    def block_sums(self, first: int, size: int, n: int) -> tuple[list[float], list[float]] | None:
+        """Summed duration and wait of the first ``n`` steady steps (positions in ``columns()``) in blocks: [0, first)
+        when ``first``, then every ``size`` steps from ``first`` (``n - first`` a multiple of ``size``). In O(1) each
+        from the step table's running sums; None when warm-up or another loader's steps lie between them."""
         if self._rows is None or self._rows[3] is not None:
             return None
-        steps, first, _, _ = self._rows
-        i = first - (steps.total - len(steps))
+        steps, start, _, _ = self._rows
+        i = start - (steps.total - len(steps))
         if i < 0:
             return None  # trimmed from the table since the window was taken
-        cum_dur, cum_wait, _ = steps.prefix_sums()
-        heads, tails = [i + a for a in edges], [i + z for z in stops]
-        dur = list(map(operator.sub, map(cum_dur.__getitem__, tails), map(cum_dur.__getitem__, heads)))
-        wait = list(map(operator.sub, map(cum_wait.__getitem__, tails), map(cum_wait.__getitem__, heads)))
-        return dur, wait
+        out = []
+        for cum in steps.prefix_sums()[:2]:
+            edges = cum[i + first : i + n + 1 : size]  # the running sum at each block's edge, C-level
+            if first:
+                edges.insert(0, cum[i])
+            out.append(list(map(operator.sub, edges[1:], edges[:-1])))
+        return out[0], out[1]
 
     def lasted(self) -> bool:
         """Every steady step lasted at least 1 ns (none nan or endless): shares and log-durations need no guard."""
