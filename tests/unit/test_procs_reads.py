@@ -11,18 +11,21 @@ import time
 from trainmon.metrics import PROC
 from trainmon.sources.procs import ProcSource, _Held
 
-# A child that spins on one thread (its CPU figures move) and, once told on stdin, lets a second thread exit.
+# A child that spins on one thread (its CPU figures move) and, once told on stdin, starts a new thread and lets a
+# second one exit: as many threads as before, not the same ones.
 CHILD = r"""
 import sys, threading, time
 stop = threading.Event()
 helper = threading.Thread(target=stop.wait)
 helper.start()
-print(threading.get_native_id(), helper.native_id, flush=True)
 threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(int, 1)], daemon=True).start()
+print(threading.get_native_id(), helper.native_id, flush=True)
 sys.stdin.readline()
+born = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+born.start()
 stop.set()
 helper.join()
-print("joined", flush=True)
+print(born.native_id, flush=True)
 time.sleep(60)
 """
 
@@ -77,12 +80,19 @@ def test_files_of_exited_threads_and_forgotten_pids_are_closed():
         kept = source._held._fds[proc.pid]
         assert helper in kept["schedstat"] and helper in kept["task-stat"]
         assert proc.stdin is not None and proc.stdout is not None
+        threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+        assert len(kept["schedstat"]) == threads
         proc.stdin.write("\n")
         proc.stdin.flush()
-        assert proc.stdout.readline().strip() == "joined"
+        born = proc.stdout.readline().strip()
+        deadline = time.monotonic() + 10  # join() returns just before the thread itself has exited
+        while helper in (listed := set(os.listdir(f"/proc/{proc.pid}/task"))) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(listed) == threads and born in listed
         source.sample()
         assert helper not in kept["schedstat"] and helper not in kept["task-stat"]
-        assert set(kept["schedstat"]) == set(os.listdir(f"/proc/{proc.pid}/task"))
+        # The exited thread's file no longer read: the threads were listed again, the new one is counted.
+        assert set(kept["schedstat"]) == listed == set(source._prev[proc.pid].wait_ns or ())
         open_now = len(_fds() - before)
         assert open_now == source._held._n > 0
     finally:

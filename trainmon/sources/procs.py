@@ -91,6 +91,24 @@ class _Held:
                 os.close(fd)
             return data
 
+    def reread(self, pid: int, group: str, count: int) -> dict[str, bytes] | None:
+        """Every kept file of ``group`` re-read, when there are exactly ``count`` of them and all still read; else
+        None (a failed one is closed)."""
+        with self._lock:
+            files = self._fds.get(pid, {}).get(group)
+            if not files or len(files) != count:
+                return None
+            out: dict[str, bytes] = {}
+            for name, fd in files.items():
+                try:
+                    out[name] = os.pread(fd, _READ_MAX, 0)
+                except OSError:
+                    del files[name]
+                    self._n -= 1
+                    os.close(fd)
+                    return None
+            return out
+
     def retain(self, pid: int, group: str, names: AbstractSet[str]) -> None:
         """Close the files of ``group`` whose name is not in ``names`` (threads that have exited)."""
         with self._lock:
@@ -446,7 +464,7 @@ class ProcSource:
             threads=int(f[17]),
         )
         cur.io = self._read_io(pid, base, cur.na)
-        cur.wait_ns, cur.wait_t = self._read_runq_wait(pid, base, cur.na)
+        cur.wait_ns, cur.wait_t = self._read_runq_wait(pid, base, cur.na, cur.threads)
         return cur
 
     def _read_io(self, pid: int, base: str, na: dict[str, str]) -> dict[str, int] | None:
@@ -470,8 +488,20 @@ class ProcSource:
                 io[name] = int(value)
         return io
 
-    def _read_runq_wait(self, pid: int, base: str, na: dict[str, str]) -> tuple[dict[str, int] | None, float]:
-        """Per-thread run-queue wait in ns (/proc/<pid>/task/<tid>/schedstat, 2nd field)."""
+    def _read_runq_wait(
+        self, pid: int, base: str, na: dict[str, str], threads: int = 0
+    ) -> tuple[dict[str, int] | None, float]:
+        """Per-thread run-queue wait in ns (/proc/<pid>/task/<tid>/schedstat, 2nd field).
+
+        The threads are those of the task directory; while the process has as many threads (``threads``, from its
+        stat) as there are kept schedstat files of the threads listed last time, and each of them still reads (a
+        thread that has exited reads ESRCH), they are those threads, and the listing is not made again."""
+        kept = self._held.reread(pid, "schedstat", threads) if threads else None
+        if kept is not None:
+            try:
+                return {tid: int(data.split()[1]) for tid, data in kept.items()}, time.monotonic()
+            except (IndexError, ValueError):
+                pass  # as listed below, which says why
         task_dir = f"{base}/task"
         try:
             tids = os.listdir(task_dir)
