@@ -353,6 +353,36 @@ def test_ranks_splits_and_refined_steps_match_the_plain_loops(ties: bool) -> Non
     assert found >= 20  # the splits compared include many found ones, not only "no change"
 
 
+@pytest.mark.parametrize("warm", [0.0, 0.01])
+def test_a_change_found_off_the_table_rows_is_the_one_found_in_the_windows_columns(
+    warm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(int(warm * 100))
+    th = Thresholds()
+    found = 0
+    for trial in range(12):
+        run = Run(1, {"pid": 1}, 0.0, cap=None)
+        t = 0.0
+        n = rnd.randint(3000, 8000)
+        shift = rnd.uniform(0.3, 0.7) * n if trial % 4 else n  # every 4th without a change
+        for k in range(n):
+            late = k > shift
+            dur = rnd.uniform(0.0008, 0.0012) * (2.0 if late and trial % 2 else 1.0)
+            w = dur * (0.5 if late and not trial % 2 else 0.05) * rnd.random()
+            run.steps.add(t, t + dur, w, 32, rnd.random() < warm, NAN, 1)
+            t += dur
+        w = run_window(run, 0.0, t, min_steps=0, memo=False)
+        rows, columns = w.plain_rows(), w.columns()
+        if rows is not None:
+            assert change._blocks(w, len(columns[2]), None, rows) == change._blocks(w, len(columns[2]), columns, None)
+        fast = change.latest_change(w, th)
+        with monkeypatch.context() as patch:
+            patch.setattr(type(w), "plain_rows", lambda self: None)
+            assert change.latest_change(w, th) == fast
+        found += fast is not None
+    assert found >= 6
+
+
 # ---------------------------------------------------------------- distributed
 
 

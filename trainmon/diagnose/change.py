@@ -53,12 +53,14 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
     switch = w.loader_since()
     if not is_nan(switch):
         return Change(switch, "loader", math.nan, math.nan)
-    start, end, dur, wait = w.columns()
-    n = len(dur)
+    # The steps' columns are sliced only where a change is found, or where the steps are not rows of the table.
+    rows = w.plain_rows()
+    columns = w.columns() if rows is None else None
+    n = len(columns[2]) if columns is not None else rows[2] - rows[1] if rows is not None else 0
     m = th.change_min_steps
     if n < 2 * m:
         return None
-    blocks = _blocks(w, start, end, dur, wait)
+    blocks = _blocks(w, n, columns, rows)
     seg, lo, found = 0, 0, None
     for _ in range(MAX_CHANGES):
         split = _best_split(blocks, lo, th)
@@ -67,24 +69,33 @@ def latest_change(w: RunWindow, th: Thresholds) -> Change | None:
         seg, (lo, found) = lo, split
     if found is None:
         return None
+    start, _, dur, wait = columns or w.columns()
     k = _refine(blocks, seg, lo, found.what, dur, wait, m // 2, w.lasted())
     return Change(start[k], found.what, found.before, found.after)
 
 
-def _blocks(w: RunWindow, start: Any, end: Any, dur: Any, wait: Any) -> _Blocks:
-    n = len(dur)
+def _blocks(w: RunWindow, n: int, columns: tuple[Any, ...] | None, rows: tuple[Any, int, int] | None) -> _Blocks:
+    """The window's ``n`` steady steps in blocks, read from ``columns`` (its ``columns()``) or, where they are
+    the step table's ``rows`` (table, i, j), from the table and its running sums."""
     size = -(-n // MAX_BLOCKS)
     if size == 1:
+        start, end, dur, wait = columns or w.columns()
         return _Blocks(list(range(n)), list(start), list(end), [1] * n, list(dur), list(wait))
     # Aligned to the end: the latest steps make whole blocks, the oldest block may be short.
     first = n - (n // size) * size
     edges = ([0] if first else []) + list(range(first, n, size))
     stops = [*edges[1:], n]
-    sums = w.block_sums(first, size, n) or (
+    steps = [z - a for a, z in zip(edges, stops, strict=True)]
+    sums = w.block_sums(first, size, n)
+    if rows is not None and sums is not None:
+        table, i, _ = rows
+        starts = [table.start[i + a] for a in edges]
+        return _Blocks(edges, starts, [table.end[i + z - 1] for z in stops], steps, *sums)
+    start, end, dur, wait = columns or w.columns()
+    sums = sums or (
         [sum(dur[a:z]) for a, z in zip(edges, stops, strict=True)],
         [sum(wait[a:z]) for a, z in zip(edges, stops, strict=True)],
     )
-    steps = [z - a for a, z in zip(edges, stops, strict=True)]
     return _Blocks(edges, [start[a] for a in edges], [end[z - 1] for z in stops], steps, *sums)
 
 

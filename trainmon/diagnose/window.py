@@ -76,6 +76,17 @@ class RunWindow:
         start, end, dur, wait = self._steady((steps.start, steps.end, steps.dur, steps.wait))
         return start, end, dur, wait
 
+    def plain_rows(self) -> tuple[Steps, int, int] | None:
+        """(step table, i, j) when the steady steps are all of its rows [i, j) (no warm-up or other loader's steps
+        between them, none trimmed since the window was taken): ``columns()`` are those rows' slices."""
+        if self._rows is None or self._rows[3] is not None:
+            return None
+        steps, first, stop, _ = self._rows
+        offset = steps.total - len(steps)
+        if first < offset:
+            return None
+        return steps, first - offset, max(0, stop - offset)
+
     def _steady(self, cols: tuple[array[float], ...], stride: int = 1) -> list[array[float]]:
         """The steady steps' rows of columns of the window's step table (every ``stride``-th of them)."""
         assert self._rows is not None
