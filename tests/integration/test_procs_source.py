@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -372,3 +373,33 @@ def test_no_sampler_thread_when_hz_is_zero(children) -> None:
         out = src.sample(0.0)
         assert src._thread is None
         assert out[f"proc.{pid}.state_S"] == 1.0
+
+
+def test_a_tick_between_passes_of_a_budgeted_sampler_repeats_its_look(children, monkeypatch) -> None:
+    """A big tree stretches the sampler's passes beyond a tick (its read budget): the ticks in between show its
+    latest look instead of reading every thread again themselves."""
+    import trainmon.sources.procs as procs
+
+    pid = children.start(SLEEP, asleep=True).pid
+    monkeypatch.setattr(procs, "THREAD_READS_PER_S", 0.5)  # one thread: a pass every 2 s
+    looks: list[str] = []
+    with ProcSource(lambda: {pid: "worker"}, hz_states=10.0) as src:
+        real = src._observe
+
+        def observe(p: int):
+            looks.append(threading.current_thread().name)
+            return real(p)
+
+        src._observe = observe  # type: ignore[method-assign]
+        src.sample(0.0)
+        deadline = time.monotonic() + 10
+        while "trainmon-procs-states" not in looks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        outs = []
+        for _ in range(4):
+            outs.append(src.sample(0.0))
+            time.sleep(0.3)
+        tick_looks = looks.count(threading.current_thread().name)
+        assert looks.count("trainmon-procs-states") >= 1
+        assert tick_looks == 1, looks  # the first tick only, before the sampler had looked
+        assert all(out[f"proc.{pid}.state_S"] == 1.0 for out in outs), outs

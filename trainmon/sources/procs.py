@@ -183,6 +183,9 @@ class ProcSource:
         self._budget = CpuBudget("" if tree == "/" else tree) if name == "proc" else None
         self._prev: dict[int, _Prev] = {}
         self._counts: dict[int, list[int]] = {}
+        # pid → (when, counts) of the sampler's latest look: a tick between two passes of a slow sampler repeats it.
+        self._last_look: dict[int, tuple[float, list[int]]] = {}
+        self._pass_s = 0.0  # how long the sampler's passes are apart (its read budget stretches them)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._fast = threading.Event()  # set: the sampler looks hz_states times a second; clear: once per sample()
@@ -321,7 +324,7 @@ class ProcSource:
                         self._add_counts(pid, counts)
                         threads += reads
                 # A budget of thread reads per second: a big tree is looked at less often, not at a higher cost.
-                period = max(base, threads / THREAD_READS_PER_S)
+                period = self._pass_s = max(base, threads / THREAD_READS_PER_S)
             except Exception as exc:
                 self._log_once("sampler", "procs: state sampler error: %r", exc)
 
@@ -388,8 +391,19 @@ class ProcSource:
     def _take_counts(self, pids: tuple[int, ...]) -> dict[int, list[int]]:
         with self._lock:
             counts, self._counts = self._counts, {}
-        # Nothing observed yet (first call, no sampler or a parked one, or a pid just added): look once now.
-        looking = [pid for pid in pids if not counts.get(pid, [0])[0]]
+        now = time.monotonic()
+        # Between two passes of a sampler slowed by its budget (a big tree), its latest look stands for the tick:
+        # looking here as well would double the reads the budget is there to bound.
+        fresh_s = 2 * self._pass_s + 1.0 if self._fast.is_set() and self._thread is not None else -1.0
+        looking = []
+        for pid in pids:
+            got = counts.get(pid)
+            if got and got[0]:
+                self._last_look[pid] = (now, got)
+            elif (last := self._last_look.get(pid)) is not None and now - last[0] <= fresh_s:
+                counts[pid] = list(last[1])
+            else:
+                looking.append(pid)  # first call, no sampler or a parked one, or a pid just added: look once now
         if looking:
             self._net.begin_pass()
         for pid in looking:
@@ -553,6 +567,7 @@ class ProcSource:
             del self.na_reasons[key]
         with self._lock:
             self._counts.pop(pid, None)
+        self._last_look.pop(pid, None)
 
     def _log_once(self, key: str, msg: str, *args: object) -> None:
         if key in self._logged:
