@@ -146,6 +146,34 @@ def test_row_counts_and_window_figures_match_the_plain_per_step_computation(case
         assert w.long_durations(limit) == [steps.dur[k] for k in rows if steps.dur[k] > limit]
 
 
+def test_row_counts_of_every_range_edge_against_the_counting_blocks() -> None:
+    rnd = random.Random(21)
+    run = _table(rnd, 3000, cap=1200, loaders=3, warm=0.05, exposed=0.1, comm=0.1)
+    steps = run.steps
+    for k in range(0, len(steps), 97):
+        steps.add(steps.end[-1], steps.end[-1] + (0.0 if k % 2 else 0.001), 0.0, 1, False, NAN, rnd.randint(1, 3))
+    for _ in range(300):  # switches right at blocks' first rows
+        steps.add(steps.end[-1], steps.end[-1] + 0.001, 0.0, 1, False, NAN, 1 + steps.total // 64 % 2)
+    rows = range(len(steps))
+    offset = steps.total - len(steps)
+    edges = sorted(
+        {*range(0, len(steps), 37), *(b - offset + d for b in range(0, steps.total, 64) for d in (-1, 0, 1))}
+    )
+    edges = [e for e in edges if 0 <= e <= len(steps)]
+    for edit in range(3):
+        for i in edges:
+            for j in edges[::3]:
+                assert steps.row_counts(i, j) == (
+                    sum(1 for k in rows[i:j] if steps.warm[k]),
+                    sum(1 for k in rows[i + 1 : j] if steps.loader[k] != steps.loader[k - 1]),
+                    sum(1 for k in rows[i:j] if steps.exposed[k] == steps.exposed[k]),
+                    sum(1 for k in rows[i:j] if steps.comm[k] != 0.0),
+                    sum(1 for k in rows[i:j] if not 1e-9 <= steps.dur[k] < math.inf),
+                ), (edit, i, j)
+        k = rnd.randrange(len(steps))
+        steps.add_comm(steps.start[k], steps.end[k])  # a row of a block counted already
+
+
 def test_a_figure_read_again_after_a_step_was_edited_is_read_from_the_edited_rows() -> None:
     run = _table(random.Random(3), 400, cap=None, loaders=1, warm=0.0, exposed=0.0, comm=0.0)
     w = run_window(run, 0.0, math.inf, min_steps=0, memo=False)

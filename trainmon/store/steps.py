@@ -10,6 +10,7 @@ from bisect import bisect_left, bisect_right
 from typing import Any, NamedTuple
 
 FSUM_BLOCK = 1024  # rows whose exact sum Steps.fsum keeps
+COUNT_BLOCK = 64  # rows whose kinds Steps.row_counts counts together
 _NAN = float("nan")
 _BRIEF = 1e-9  # a step shorter than this (s) did not last: its share and log-duration need a guard
 
@@ -78,7 +79,7 @@ class Steps:
             None  # the diagnosis's incremental scan for long steps (see diagnose.window)
         )
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
-        self._counts: list[Any] | None = None  # [first row, running counts of rare rows] (see row_counts)
+        self._counts: list[Any] | None = None  # [first block, running counts of rare rows] (see row_counts)
         self._exact: dict[tuple[str, int], list[float] | None] = {}  # (column, block) -> its sum's parts (see fsum)
 
     def _columns(self) -> tuple[array[Any], ...]:
@@ -181,42 +182,60 @@ class Steps:
         return cum_dur, cum_wait, cum_samples
 
     def row_counts(self, i: int, j: int) -> RowCounts:
-        """How many of rows [i, j) are of each kind in ``RowCounts``, in O(1) from running counts kept like
-        ``prefix_sums``' (most tables have none of these rows, or all of them, so extending the counts is a few
-        C-level checks per batch of new rows)."""
-        c = self._row_counts()
-        base = c[0] - (self.total - len(self.end))
-        i, j = i - base, j - base
+        """How many of rows [i, j) are of each kind in ``RowCounts``: O(1) for the blocks of COUNT_BLOCK rows
+        inside the range, from running counts per block kept like ``prefix_sums``' (most tables have none of these
+        rows, or all of them, so counting a batch of new blocks is a few C-level checks), row by row at its edges."""
         if j <= i:
             return RowCounts(0, 0, 0, 0, 0)
-        warm, change, exposed, comm, brief = c[1:]
+        offset = self.total - len(self.end)
+        # Whole blocks after row i's own: a switch is counted at the row after it, and the first row of each
+        # block counted is one where its loader is not the row's before, which then is in the range.
+        b0, b1 = (i + offset) // COUNT_BLOCK + 1, (j + offset) // COUNT_BLOCK
+        if b1 - b0 < 2:
+            return self._scan_counts(i, j)
+        c = self._block_counts()
+        base = c[0]
+        a, z = b0 * COUNT_BLOCK - offset, b1 * COUNT_BLOCK - offset
+        head, tail = self._scan_counts(i, a), self._scan_counts(z, j, after=True)
         return RowCounts(
-            warm[j] - warm[i],
-            change[j] - change[i + 1],
-            exposed[j] - exposed[i],
-            comm[j] - comm[i],
-            brief[j] - brief[i],
+            *(h + col[b1 - base] - col[b0 - base] + t for h, col, t in zip(head, c[1:], tail, strict=True))
         )
 
-    def _row_counts(self) -> list[Any]:
+    def _scan_counts(self, i: int, j: int, *, after: bool = False) -> RowCounts:
+        """RowCounts of rows [i, j) row by row (a few dozen at the edges of a range); ``after`` counts a switch at
+        row i too (the rows follow others in the range)."""
+        if j <= i:
+            return RowCounts(0, 0, 0, 0, 0)
+        exposed = self.exposed[i:j]
+        s = i if after else i + 1
+        return RowCounts(
+            j - i - self.warm[i:j].count(0),
+            sum(map(operator.ne, self.loader[s:j], self.loader[s - 1 : j - 1])),
+            sum(map(operator.eq, exposed, exposed)),
+            j - i - self.comm[i:j].count(0.0),
+            sum(map(_brief, self.dur[i:j])),
+        )
+
+    def _block_counts(self) -> list[Any]:
+        """[first block, running counts per kind over the whole blocks since it], extended to the last whole
+        block of the table (a block's first row is a switch where its loader is not the previous row's)."""
         offset = self.total - len(self.end)
+        head = -(-offset // COUNT_BLOCK)  # the first whole block still in the table
         c = self._counts
-        if c is None or c[0] > offset or not offset <= c[0] + len(c[1]) - 1 <= self.total:
-            c = self._counts = [offset, *(array("q", [0]) for _ in RowCounts._fields)]
-        first = c[0]
-        if first < offset:
+        if c is None or c[0] > head or not head <= c[0] + len(c[1]) - 1 <= self.total // COUNT_BLOCK:
+            c = self._counts = [head, *(array("q", [0]) for _ in RowCounts._fields)]
+        if c[0] < head:
             for col in c[1:]:
-                del col[: offset - first]
-            c[0] = offset
-        done = len(c[1]) - 1  # rows counted so far, from the table's head
-        n = len(self.end) - done
-        if n > 0:
-            warm = self.warm[done:]
-            loader = self.loader[done:]
-            prev = self.loader[done - 1] if done else loader[0]
-            exposed = self.exposed[done:]
-            comm = self.comm[done:]
-            dur = self.dur[done:]
+                del col[: head - c[0]]
+            c[0] = head
+        done = c[0] + len(c[1]) - 1  # blocks counted so far
+        stop = self.total // COUNT_BLOCK
+        if done < stop:
+            lo, hi = done * COUNT_BLOCK - offset, stop * COUNT_BLOCK - offset
+            n, blocks = hi - lo, stop - done
+            warm, loader, exposed = self.warm[lo:hi], self.loader[lo:hi], self.exposed[lo:hi]
+            comm, dur = self.comm[lo:hi], self.dur[lo:hi]
+            prev = self.loader[lo - 1] if lo else loader[0]
             # Byte comparisons first: most batches hold no warm-up, no switch, no measurement, no collective.
             flags = (
                 None if warm.tobytes().count(0) == n else bytes(map(bool, warm)),
@@ -230,10 +249,11 @@ class Steps:
             for cum, flag in zip(c[1:], flags, strict=True):
                 last = cum[-1]
                 if flag is None:
-                    cum.extend(array("q", [last]) * n)
+                    cum.extend(array("q", [last]) * blocks)
                 else:
-                    cum.pop()
-                    cum.fromlist(list(itertools.accumulate(flag, initial=last)))
+                    per_block = (flag.count(1, k, k + COUNT_BLOCK) for k in range(0, n, COUNT_BLOCK))
+                    cum.extend(itertools.accumulate(per_block, initial=last))
+                    del cum[-blocks - 1]  # the initial value, already there
         return c
 
     def fsum(self, column: str, i: int, j: int, *, measured: bool = False) -> float:
@@ -275,7 +295,7 @@ class Steps:
             self._exact.pop((name, b), None)
         c = self._counts
         if c is not None:
-            keep = k - (c[0] - (self.total - len(self.end))) + 1
+            keep = (k + self.total - len(self.end)) // COUNT_BLOCK - c[0] + 1  # the blocks counted before row k's
             if 0 < keep < len(c[1]):
                 for col in c[1:]:
                     del col[keep:]
