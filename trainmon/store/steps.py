@@ -9,7 +9,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Any, NamedTuple
 
-FSUM_BLOCK = 1024  # rows whose exact sum Steps.fsum keeps
+FSUM_BLOCK = 256  # rows whose exact sum Steps.fsum keeps
 COUNT_BLOCK = 64  # rows whose kinds Steps.row_counts counts together
 _NAN = float("nan")
 _BRIEF = 1e-9  # a step shorter than this (s) did not last: its share and log-duration need a guard
@@ -80,7 +80,7 @@ class Steps:
         )
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
         self._counts: list[Any] | None = None  # [first block, running counts of rare rows] (see row_counts)
-        self._exact: dict[tuple[str, int], list[float] | None] = {}  # (column, block) -> its sum's parts (see fsum)
+        self._exact: dict[str, list[Any]] = {}  # column -> exact running sums per block (see fsum)
 
     def _columns(self) -> tuple[array[Any], ...]:
         return (
@@ -206,14 +206,14 @@ class Steps:
         row i too (the rows follow others in the range)."""
         if j <= i:
             return RowCounts(0, 0, 0, 0, 0)
-        exposed = self.exposed[i:j]
+        exposed, dur = self.exposed[i:j], self.dur[i:j]
         s = i if after else i + 1
         return RowCounts(
-            j - i - self.warm[i:j].count(0),
+            j - i - self.warm[i:j].tobytes().count(0),
             sum(map(operator.ne, self.loader[s:j], self.loader[s - 1 : j - 1])),
-            sum(map(operator.eq, exposed, exposed)),
+            0 if exposed.tobytes() == _NAN8 * (j - i) else sum(map(operator.eq, exposed, exposed)),
             j - i - self.comm[i:j].count(0.0),
-            sum(map(_brief, self.dur[i:j])),
+            0 if min(dur) >= _BRIEF and math.isfinite(sum(dur)) else sum(map(_brief, dur)),
         )
 
     def _block_counts(self) -> list[Any]:
@@ -258,31 +258,41 @@ class Steps:
 
     def fsum(self, column: str, i: int, j: int, *, measured: bool = False) -> float:
         """``math.fsum`` of a column's rows [i, j) ("comm", "exposed" or "exposed_wait"; with ``measured``, of those
-        not nan), the same float, in O(rows / FSUM_BLOCK) once the blocks of FSUM_BLOCK rows it spans are summed.
+        not nan), the same float, in O(1) for the blocks of FSUM_BLOCK rows inside the range.
 
-        fsum rounds the exact sum of its inputs once, so a block's exact sum may stand for its rows: kept as a few
-        floats whose exact sum it is (each fsum's rounding error taken out by the next), computed once per block."""
+        fsum rounds the exact sum of its inputs once, so the exact sum of the whole blocks may stand for their
+        rows: the exact running sum up to each block is kept as a few floats (each fsum's rounding error taken out
+        by the next), and the blocks' sum is the running sum at the last less the one at the first."""
         col = self._fsum_columns()[column]
         offset = self.total - len(self.end)
         b0, b1 = -(-(i + offset) // FSUM_BLOCK), (j + offset) // FSUM_BLOCK  # whole blocks within the rows
-        if b1 - b0 < 2:
-            return math.fsum(_known(col[i:j]) if measured else col[i:j])
-        if len(self._exact) > 4 * (b1 - b0 + 8):
-            for key in [key for key in self._exact if key[1] * FSUM_BLOCK < offset]:
-                del self._exact[key]  # trimmed off the table
-        head, tail = col[i : b0 * FSUM_BLOCK - offset], col[b1 * FSUM_BLOCK - offset : j]
-        parts = _known(head) + _known(tail) if measured else [*head, *tail]
-        name = column + "+" if measured else column
-        for b in range(b0, b1):
-            key = (name, b)
-            if key not in self._exact:
-                rows = col[b * FSUM_BLOCK - offset : (b + 1) * FSUM_BLOCK - offset]
-                self._exact[key] = _exact_parts(_known(rows) if measured else list(rows))
-            block = self._exact[key]
-            if block is None:  # nan or ±inf among its rows: fsum's own rules apply
-                return math.fsum(_known(col[i:j]) if measured else col[i:j])
-            parts += block
-        return math.fsum(parts)
+        if b1 - b0 >= 2:
+            sums = self._exact_sums(column + "+" if measured else column, col, measured)
+            before, upto = sums[1][b0 - sums[0]], sums[1][b1 - sums[0]]
+            if before is not None and upto is not None:  # else nan or ±inf among the rows: fsum's own rules apply
+                head, tail = col[i : b0 * FSUM_BLOCK - offset], col[b1 * FSUM_BLOCK - offset : j]
+                parts = _known(head) + _known(tail) if measured else [*head, *tail]
+                return math.fsum([*parts, *upto, *map(operator.neg, before)])
+        return math.fsum(_known(col[i:j]) if measured else col[i:j])
+
+    def _exact_sums(self, name: str, col: array[float], measured: bool) -> list[Any]:
+        """[first block, the exact sum of the rows of the blocks from it up to each block (as floats, None once
+        not finite)], extended to the last whole block of the table."""
+        offset = self.total - len(self.end)
+        head = -(-offset // FSUM_BLOCK)  # the first whole block still in the table
+        stop = self.total // FSUM_BLOCK
+        e = self._exact.get(name)
+        if e is None or e[0] > head or not head <= e[0] + len(e[1]) - 1 <= stop:
+            e = self._exact[name] = [head, [[]]]
+        if e[0] < head:
+            del e[1][: head - e[0]]
+            e[0] = head
+        sums = e[1]
+        for b in range(e[0] + len(sums) - 1, stop):
+            rows = col[b * FSUM_BLOCK - offset : (b + 1) * FSUM_BLOCK - offset]
+            last = sums[-1]
+            sums.append(None if last is None else _exact_parts([*last, *(_known(rows) if measured else rows)]))
+        return e
 
     def _fsum_columns(self) -> dict[str, array[float]]:
         return {"comm": self.comm, "exposed": self.exposed, "exposed_wait": self.exposed_wait}
@@ -291,8 +301,9 @@ class Steps:
         """Row ``k`` (of the table) changed in place: its running counts are taken again from it on, its block
         summed again."""
         b = (k + self.total - len(self.end)) // FSUM_BLOCK
-        for name in ("comm", "exposed", "exposed+", "exposed_wait"):
-            self._exact.pop((name, b), None)
+        for e in self._exact.values():
+            if b >= e[0]:
+                del e[1][b - e[0] + 1 :]  # the running sums up to row k's block hold
         c = self._counts
         if c is not None:
             keep = (k + self.total - len(self.end)) // COUNT_BLOCK - c[0] + 1  # the blocks counted before row k's
