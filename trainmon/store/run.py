@@ -91,7 +91,9 @@ class LoaderInfo:
 
 
 class Run:
-    def __init__(self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000) -> None:
+    def __init__(
+        self, run_id: int, hello: dict[str, Any], t: float, cap: int | None = 200_000, keep_s: float | None = None
+    ) -> None:
         self.id = run_id
         self.hello = hello
         self.cuda_device: dict[str, Any] | None = None  # the CUDA device the training thread uses (index, uuid)
@@ -105,7 +107,7 @@ class Run:
         self.names: dict[int, str] = {}
         self.device: str | None = hello.get("device")
         self.framework: dict[str, Any] | None = None  # the trainer that drives the loop: {"name", "version"}
-        self.steps = Steps(cap)
+        self.steps = Steps(cap, keep_s)
         self.checkpoints: list[tuple[float, float]] = []
         self.marks: list[tuple[float, str]] = []
         self.phases: list[tuple[float, float, str]] = []

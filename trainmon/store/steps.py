@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 FSUM_BLOCK = 256  # rows whose exact sum Steps.fsum keeps
 COUNT_BLOCK = 64  # rows whose kinds Steps.row_counts counts together
 _NAN = float("nan")
+KEEP_MIN_ROWS = 1000  # an age-bounded table keeps at least its newest rows (a slow training's recent past)
 _BRIEF = 1e-9  # a step shorter than this (s) did not last: its share and log-duration need a guard
 
 
@@ -36,8 +37,8 @@ class Steps:
     """Columnar step table: start, end, duration, data wait (s), samples, warm-up flag, loader, and the time
     the training thread was blocked in collective communication (s; 0 where the agent measured none).
 
-    ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it);
-    ``total`` counts every step ever completed."""
+    ``cap`` bounds the rows kept (the store shares one budget among its runs and may lower it), ``keep_s`` their age
+    (the newest ``KEEP_MIN_ROWS`` are kept however old); ``total`` counts every step ever completed."""
 
     __slots__ = (
         "_counts",
@@ -50,6 +51,7 @@ class Steps:
         "end",
         "exposed",
         "exposed_wait",
+        "keep_s",
         "loader",
         "samples",
         "scan",
@@ -59,8 +61,9 @@ class Steps:
         "warm",
     )
 
-    def __init__(self, cap: int | None) -> None:
+    def __init__(self, cap: int | None, keep_s: float | None = None) -> None:
         self.cap = cap
+        self.keep_s = keep_s
         self.start = array("d")
         self.end = array("d")
         self.dur = array("d")  # end - start, kept so window sums and maxima need no per-step Python
@@ -140,11 +143,18 @@ class Steps:
         self.trim()
 
     def trim(self) -> None:
-        """Keep at most ``cap`` rows; trims a quarter at a time so the cost is amortised."""
-        if self.cap is not None and len(self.end) > self.cap:
-            drop = len(self.end) - self.cap + self.cap // 4
-            for col in self._columns():
-                del col[:drop]
+        """Keep at most ``cap`` rows, and none older than ``keep_s``; trims a quarter at a time so the cost is
+        amortised."""
+        end = self.end
+        n = len(end)
+        if self.cap is not None and n > self.cap:
+            drop = n - self.cap + self.cap // 4
+        elif self.keep_s is not None and n > KEEP_MIN_ROWS and end[-1] - end[0] > self.keep_s * 1.25:
+            drop = min(bisect_left(end, end[-1] - self.keep_s), n - KEEP_MIN_ROWS)
+        else:
+            return
+        for col in self._columns():
+            del col[:drop]
 
     def __len__(self) -> int:
         return len(self.end)

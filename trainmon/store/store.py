@@ -72,7 +72,9 @@ class Store:
             self._touch(t)
             run = self.runs.get(run_id)
             if run is None:
-                run = self.runs[run_id] = Run(run_id, hello, t, self._cap)
+                # Steps are kept as long as samples: at 10 steps a second the step budget alone would take hours to
+                # fill, and the screen's RSS would grow all that time for steps no window shows.
+                run = self.runs[run_id] = Run(run_id, hello, t, self._cap, self._series_keep_s)
                 self._share_step_budget()
             else:  # the same run reconnected (a restarted monitor or a dropped connection)
                 run.hello = hello
