@@ -198,9 +198,22 @@ def screen_rows(w: Windows, spec: Spec, name: str, screen: str) -> list[Row]:
             f"{w.rss_mb('trainmon'):.0f} MB",
             anchor=f"nvitop {w.rss_mb('nvitop'):.0f} MB · glances {w.rss_mb('glances'):.0f} MB",
             met=max(rss.rss, default=float("inf")) <= spec.rss_mb,
-            note=f"{growth:+.1f} MB over the {minutes:.1f} min measured (slope {rss.rss_growth_per_hour():+.0f} MB/h)",
+            note=f"{growth:+.1f} MB over the {minutes:.1f} min measured (slope {rss.rss_growth_per_hour():+.0f} MB/h)"
+            + _rss_by_minutes(rss),
         ),
     ]
+
+
+def _rss_by_minutes(u: Usage, every_min: float = 5.0) -> str:
+    """For a long window: the RSS every ``every_min`` minutes, so a reader sees whether it levels off."""
+    if not u.t or u.t[-1] - u.t[0] < 2 * every_min * 60:
+        return ""
+    marks, next_t = [], u.t[0]
+    for t, mb in zip(u.t, u.rss, strict=True):
+        if t >= next_t:
+            marks.append(f"{(t - u.t[0]) / 60:.0f} min {mb:.0f}")
+            next_t += every_min * 60
+    return f"; RSS (MB) at {', '.join(marks)}, end {u.rss[-1]:.0f}"
 
 
 def record_rows(w: Windows, spec: Spec, name: str) -> list[Row]:
