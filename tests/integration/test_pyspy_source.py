@@ -336,3 +336,34 @@ def test_sampler_sees_compute_in_a_compute_bound_training(pyspy_bin: str, spawn)
     assert sum(share for _, share in hot) <= 1 + 1e-9
     assert hot == sorted(hot, key=lambda item: -item[1])
     assert all(" (" in label and label.endswith(")") for label, _ in hot)
+
+
+def _flaky_pyspy(tmp_path, real: str, failures: int) -> str:
+    """A py-spy that fails its first ``failures`` calls as a read of a moving stack does, then is the real one."""
+    count = tmp_path / "calls"
+    script = tmp_path / "py-spy"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n + 1)) > "{count}"\n'
+        f'if [ "$n" -lt {failures} ]; then echo "Error: Failed to get stack traces" >&2; exit 1; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_torn_dump_is_read_again(pyspy_bin: str, spawn, tmp_path, monkeypatch) -> None:
+    proc = spawn("WITH_IDLE_THREAD = False\n" + SLEEPER)
+    monkeypatch.setattr(pyspy, "find_pyspy", lambda: _flaky_pyspy(tmp_path, pyspy_bin, failures=1))
+    result = _dump_or_skip(proc.pid)
+    assert "deep_sleeper" in [f.name for f in result.main_thread().frames]
+    assert (tmp_path / "calls").read_text().strip() == "2"
+
+
+def test_a_dump_that_keeps_failing_says_why_after_its_attempts(pyspy_bin: str, spawn, tmp_path, monkeypatch) -> None:
+    proc = spawn("WITH_IDLE_THREAD = False\n" + SLEEPER)
+    monkeypatch.setattr(pyspy, "find_pyspy", lambda: _flaky_pyspy(tmp_path, pyspy_bin, failures=99))
+    result = pyspy.dump(proc.pid, timeout=15.0)
+    assert result.error == f"py-spy dump of pid {proc.pid} failed (exit 1): Failed to get stack traces"
+    assert (tmp_path / "calls").read_text().strip() == str(pyspy.DUMP_ATTEMPTS)
+    assert result.elapsed_s > 0

@@ -169,13 +169,28 @@ def _first_error_line(stderr: str) -> str:
     return "no message"
 
 
+DUMP_ATTEMPTS = 3  # a read without pausing the process can meet its stacks mid-change: read again
+RETRY_PAUSE_S = 0.05
+
+
 def dump(pid: int, timeout: float = 5.0) -> StackDump:
-    """Stacks of every Python thread of ``pid`` without pausing it. Never raises."""
-    try:
-        return _dump(pid, timeout)
-    except Exception as exc:  # fail open: a monitor must survive whatever py-spy does
-        log.debug("py-spy dump of %s failed", pid, exc_info=True)
-        return StackDump(pid, error=f"py-spy dump of pid {pid} failed: {exc}")
+    """Stacks of every Python thread of ``pid`` without pausing it; a torn read (py-spy fails on a live stack, or
+    finds no thread) is read again, up to DUMP_ATTEMPTS times. Never raises."""
+    spent = 0.0
+    for attempt in range(DUMP_ATTEMPTS):
+        try:
+            result = _dump(pid, timeout)
+        except Exception as exc:  # fail open: a monitor must survive whatever py-spy does
+            log.debug("py-spy dump of %s failed", pid, exc_info=True)
+            return StackDump(pid, error=f"py-spy dump of pid {pid} failed: {exc}")
+        spent += result.elapsed_s
+        result.elapsed_s = spent
+        error = result.error
+        torn = not result.threads if error is None else error.startswith(f"py-spy dump of pid {pid} failed (exit")
+        if not torn or attempt == DUMP_ATTEMPTS - 1:
+            return result
+        time.sleep(RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 def _dump(pid: int, timeout: float) -> StackDump:
