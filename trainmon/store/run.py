@@ -480,28 +480,22 @@ class Run:
             m = min(m, cap - len(self.steps))
         if m < FAST_MIN_STEPS:
             return 0
-        expected = array("q", pattern) * m
-        if tags[lo : lo + m * period] != expected:
-            good, bad = 0, m  # the longest regular run: a few C-level slice comparisons
-            while bad - good > 1:
-                mid = (good + bad) // 2
-                if tags[lo : lo + mid * period] == expected[: mid * period]:
-                    good = mid
-                else:
-                    bad = mid
-            m = good
-            if m < FAST_MIN_STEPS:
-                return 0
+        m = _regular_run(tags, lo, pattern, m)
+        if m < FAST_MIN_STEPS:
+            return 0
         if self.gc.total:
             w0 = records[4 * lo + 1 : 4 * (lo + m * period) : 4 * period]
             w1 = records[4 * lo + 2 : 4 * (lo + m * period) : 4 * period]
-            gc = self.gc
-            if any(map(operator.gt, w0, w1)) or bisect_left(gc.end, min(w0) * NS) < bisect_right(
-                gc.start, max(w1) * NS
-            ):
-                return 0  # record by record: a collection inside a wait, or a wait ending before it began
+            if self._gc_near(w0, w1):
+                return 0
         self._fold_columns(records, lo, m, period, state, exact=True)
         return m * period
+
+    def _gc_near(self, w0: array[int], w1: array[int]) -> bool:
+        """Whether waits [w0, w1) (ns) must go record by record: a collection inside one, or a wait ending before
+        it began."""
+        gc = self.gc
+        return any(map(operator.gt, w0, w1)) or bisect_left(gc.end, min(w0) * NS) < bisect_right(gc.start, max(w1) * NS)
 
     def _fold_columns(
         self, records: array[int], lo: int, m: int, period: int, state: tuple[int, LoaderInfo], exact: bool
@@ -610,25 +604,13 @@ class Run:
             m = min(m, cap - len(self.steps))
         if m < FAST_MIN_STEPS:
             return 0
-        expected = array("q", [lid << 8 | K_WAIT]) * m
-        if tags[lo : lo + m] != expected:
-            good, bad = 0, m
-            while bad - good > 1:
-                mid = (good + bad) // 2
-                if tags[lo : lo + mid] == expected[:mid]:
-                    good = mid
-                else:
-                    bad = mid
-            m = good
-            if m < FAST_MIN_STEPS:
-                return 0
+        m = _regular_run(tags, lo, [lid << 8 | K_WAIT], m)
+        if m < FAST_MIN_STEPS:
+            return 0
         w0 = records[4 * lo + 1 : 4 * (lo + m) : 4]
         w1 = records[4 * lo + 2 : 4 * (lo + m) : 4]
-        gc = self.gc
-        if gc.total and (
-            any(map(operator.gt, w0, w1)) or bisect_left(gc.end, min(w0) * NS) < bisect_right(gc.start, max(w1) * NS)
-        ):
-            return 0  # record by record: a collection inside a wait, or a wait ending before it began
+        if self.gc.total and self._gc_near(w0, w1):
+            return 0
         mul, sub, ns = operator.mul, operator.sub, repeat(NS)
         end = array("d", map(mul, w0, ns))
         start = array("d", [self._cur_start])
@@ -832,3 +814,20 @@ def _split_kind(records: array[int], kind: int) -> tuple[array[int], array[int] 
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _regular_run(tags: array[int], lo: int, pattern: list[int], m: int) -> int:
+    """How many of the ``m`` repeats of ``pattern`` from tag ``lo`` on come in a row: the longest regular run, found
+    with a few C-level slice comparisons."""
+    period = len(pattern)
+    expected = array("q", pattern) * m
+    if tags[lo : lo + m * period] == expected:
+        return m
+    good, bad = 0, m
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if tags[lo : lo + mid * period] == expected[: mid * period]:
+            good = mid
+        else:
+            bad = mid
+    return good
