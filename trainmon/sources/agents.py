@@ -211,9 +211,11 @@ class AgentServer:
                 log.warning("select failed: %s", exc)
                 time.sleep(0.1)
                 continue
+            accepted = False
             for key, _mask in ready:
                 if key.data == "listen":
                     self._accept()
+                    accepted = True
                 elif key.data == "wakeup":
                     try:
                         self._wakeup_r.recv(64)
@@ -226,7 +228,8 @@ class AgentServer:
             if ready and self.coalesce_s:
                 # Let more frames gather in the sockets: one wake-up then reads many agents' batches
                 # (each wake-up costs more than the frames it reads when 16 agents send 10 a second).
-                quiet = self._read_bytes < QUIET_BYTES
+                # Connections arriving keep the short window: a full listen backlog refuses the next ones.
+                quiet = self._read_bytes < QUIET_BYTES and not accepted
                 self._read_bytes = 0
                 self._stop.wait(max(self.coalesce_s, self.gather_quiet_s) if quiet else self.coalesce_s)
 
