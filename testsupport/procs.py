@@ -179,8 +179,17 @@ def record_training(addr: str, output: str, *train_args: str) -> str:
 
 
 def proc_status(pid: int) -> dict[str, int]:
-    """RSS (KiB), threads and open descriptors of a live process."""
-    out = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    """RSS (KiB), threads and open descriptors of a live process; ``proc_files``: how many of those are files under
+    /proc (the monitor keeps its tracked processes' /proc files open between ticks)."""
+    fd_dir = f"/proc/{pid}/fd"
+    names = os.listdir(fd_dir)
+    proc_files = 0
+    for name in names:
+        try:
+            proc_files += os.readlink(f"{fd_dir}/{name}").startswith("/proc/")
+        except OSError:
+            continue  # closed since the listing
+    out = {"fds": len(names), "proc_files": proc_files}
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
             key, _, value = line.partition(":")
