@@ -445,19 +445,29 @@ class Run:
             return [wait_tag, end_tag]
         return None
 
+    def _fold_start(
+        self, tags: array[int], boundary: int, exact: bool
+    ) -> tuple[tuple[int, LoaderInfo], list[int], int, int] | None:
+        """(fold state, step pattern, first record, whole patterns left) for a fold after record ``boundary``, or
+        None when the state or the records that follow allow none."""
+        state = self._fold_state(exact=exact)
+        pattern = self._pattern(tags, boundary, state[0]) if state is not None else None
+        if state is None or pattern is None:
+            return None
+        lo = boundary + 1
+        return state, pattern, lo, (len(tags) - lo) // len(pattern)
+
     def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
         """Fold the steps right after record ``boundary`` (which just closed a step) in whole columns, when the
         rest of the batch repeats one step pattern (see _pattern); returns how many records were folded (0 when
         the state or the batch does not allow it).
 
         Gives the same steps and loader figures as _apply_each does record by record."""
-        state = self._fold_state(exact=False)
-        pattern = self._pattern(tags, boundary, state[0]) if state is not None else None
-        if state is None or pattern is None:
+        start = self._fold_start(tags, boundary, exact=False)
+        if start is None:
             return 0
+        state, pattern, lo, m = start
         period = len(pattern)
-        lo = boundary + 1
-        m = (len(tags) - lo) // period
         hi = lo + m * period
         if m < FAST_MIN_STEPS or any(tags[lo + q : hi : period].count(tag) != m for q, tag in enumerate(pattern)):
             return 0
@@ -468,13 +478,11 @@ class Run:
         """Like _fold_regular, for the regular steps that follow record ``boundary`` up to the first record
         that breaks the pattern, and only where the columns equal what _apply_each gives bit for bit: no garbage
         collection near the waits, no step table trim among the folded steps. Returns the records folded."""
-        state = self._fold_state(exact=True)
-        pattern = self._pattern(tags, boundary, state[0]) if state is not None else None
-        if state is None or pattern is None:
+        start = self._fold_start(tags, boundary, exact=True)
+        if start is None:
             return 0
+        state, pattern, lo, m = start
         period = len(pattern)
-        lo = boundary + 1
-        m = (len(tags) - lo) // period
         cap = self.steps.cap
         if cap is not None:
             m = min(m, cap - len(self.steps))
