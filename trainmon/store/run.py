@@ -414,23 +414,38 @@ class Run:
 
         ``exact`` (_fold_prefix) also asks for what makes the columns match record-by-record ingestion bit for
         bit, and in explicit mode ignores other loaders' pending waits, which only an optimizer step reads."""
+        ready = self._train_ready()
+        if (
+            ready is None
+            or self._cur_batches
+            or self._cur_wait
+            or (self._pending_wait and not (exact and self.mode == "explicit"))
+            or not self._seen_any_wait
+            or (exact and (self._cur_comm or self._train_ended))
+        ):
+            return None
+        return ready
+
+    def _train_ready(self) -> tuple[int, LoaderInfo] | None:
+        """The train loader (id, info) when what every fold needs holds: a step under way with no exposed idle
+        measured in it, the warm-up over, the loader's workers not being started again; else None."""
         lid = self._train
         train = self.loaders.get(lid) if lid is not None else None
         if (
             lid is None
             or train is None
             or self._cur_start is None
-            or self._cur_batches
-            or self._cur_wait
             or self._cur_exposed == self._cur_exposed
-            or (self._pending_wait and not (exact and self.mode == "explicit"))
             or self.steps.total < self._warm_until
-            or not self._seen_any_wait
             or self.restarts.waiting(lid)
-            or (exact and (self._cur_comm or self._train_ended))
         ):
             return None
         return lid, train
+
+    def _room(self, m: int) -> int:
+        """``m`` rows, or fewer where the step table's cap would trim among them."""
+        cap = self.steps.cap
+        return m if cap is None else min(m, cap - len(self.steps))
 
     def _pattern(self, tags: array[int], boundary: int, lid: int) -> list[int] | None:
         """The tags of one regular step after record ``boundary``: [train wait, boundary] or, with explicit
@@ -483,9 +498,7 @@ class Run:
             return 0
         state, pattern, lo, m = start
         period = len(pattern)
-        cap = self.steps.cap
-        if cap is not None:
-            m = min(m, cap - len(self.steps))
+        m = self._room(m)
         if m < FAST_MIN_STEPS:
             return 0
         m = _regular_run(tags, lo, pattern, m)
@@ -592,24 +605,11 @@ class Run:
         """In mode "next", right after a train wait: fold the train waits in a row from record ``lo`` on in whole
         columns (each closes the step the one before began), where that gives bit for bit what _apply_each gives;
         returns the records folded."""
-        lid = self._train
-        train = self.loaders.get(lid) if lid is not None else None
-        if (
-            lid is None
-            or train is None
-            or self._cur_start is None
-            or self._cur_batches != 1
-            or self._cur_exposed == self._cur_exposed
-            or self._cur_exposed_wait
-            or self._cur_comm
-            or self.steps.total < self._warm_until
-            or self.restarts.waiting(lid)
-        ):
+        ready = self._train_ready()
+        if ready is None or self._cur_batches != 1 or self._cur_exposed_wait or self._cur_comm:
             return 0
-        m = len(tags) - lo
-        cap = self.steps.cap
-        if cap is not None:
-            m = min(m, cap - len(self.steps))
+        lid, train = ready
+        m = self._room(len(tags) - lo)
         if m < FAST_MIN_STEPS:
             return 0
         m = _regular_run(tags, lo, [lid << 8 | K_WAIT], m)
@@ -621,7 +621,7 @@ class Run:
             return 0
         mul, sub, ns = operator.mul, operator.sub, repeat(NS)
         end = array("d", map(mul, w0, ns))
-        start = array("d", [self._cur_start])
+        start = array("d", [cast(float, self._cur_start)])  # not None: _train_ready checked
         start.extend(end[:-1])
         dur = array("d", map(sub, end, start))
         raw_wait = array("d", map(sub, map(mul, w1, ns), end))
