@@ -73,13 +73,24 @@ async def test_plain_cells_match_what_datatable_draws_in_every_state() -> None:
         assert compared == (table.row_count + 1) * len(table.ordered_columns) * 4
         # Most cells take the direct path; the non-ASCII, bracketed and other-namespace names do not.
         assert compared * 0.75 < fast < compared
+        assert table._direct  # the pinned Textual has every internal the direct paths use
 
 
 @aio
 async def test_a_changed_cell_is_repainted_and_only_its_row() -> None:
+    await _repaint_check(direct=True)
+
+
+@aio
+async def test_without_datatable_internals_cells_change_through_its_public_path() -> None:
+    await _repaint_check(direct=False)
+
+
+async def _repaint_check(direct: bool) -> None:
     app = _TableApp()
     async with app.run_test(size=(110, 20)) as pilot:
         table = app.query_one(ProcTable)
+        table._direct = direct
         table.fit(110)
         table.show(ROWS[:2])
         await pilot.pause()

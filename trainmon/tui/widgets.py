@@ -228,6 +228,14 @@ COLUMNS = (
     ("name", "NAME", 16),
 )
 CELL_PADDING = 1
+_DATATABLE_INTERNALS = (
+    "_data",
+    "_update_count",
+    "_row_locations",
+    "_pseudo_class_state",
+    "_show_hover_cursor",
+    "_get_styles_to_render_cell",
+)
 FAST_CELLS = 4096  # rendered cells kept (a table of 80 rows × 8 columns in a few states)
 _ROLE_RANK = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
@@ -266,6 +274,9 @@ class ProcTable(DataTable):
         self.row_adds = 0
         self.name_width = COLUMNS[-1][2]
         self._fast_cells: dict[tuple, list[list[Segment]]] = {}
+        # The direct paths below use DataTable's internals (Textual is pinned; another 8.x may differ): without
+        # them the table draws and updates cells through DataTable's public path.
+        self._direct = all(hasattr(self, name) for name in _DATATABLE_INTERNALS)
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
@@ -299,6 +310,11 @@ class ProcTable(DataTable):
                 self.add_row(*(_cell(i, c) for i, c in enumerate(cells)), key=key)
                 self.row_adds += 1
                 changed_set = True
+            elif old != cells and not self._direct:
+                for i, (a, b) in enumerate(zip(old, cells, strict=True)):
+                    if a != b:
+                        self.update_cell(key, COLUMNS[i][0], _cell(i, b))
+                        self.updates += 1
             elif old != cells:
                 data = self._data[RowKey(key)]
                 for i, (a, b) in enumerate(zip(old, cells, strict=True)):
@@ -326,7 +342,7 @@ class ProcTable(DataTable):
     ) -> list[list[Segment]]:
         # DataTable renders every cell through Rich (Padding, Text, wrapping) again whenever any cell changed, which
         # was half the UI thread's time. A one-line ASCII cell is one segment: built directly and kept by content.
-        content = self._plain_cell(row_index, column_index, width)
+        content = self._plain_cell(row_index, column_index, width) if self._direct else None
         if content is None:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         key = (row_index, column_index, content, base_style, width, cursor, hover, self._pseudo_class_state)
