@@ -12,6 +12,7 @@ stay in one module, the one contract both sides (the agent inside the job, the m
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import sys
@@ -358,7 +359,14 @@ def clean_hello(hello: dict[str, Any], *, monitor: bool = False) -> dict[str, An
     job = hello.get("job")
     clean["job"] = {str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]} if isinstance(job, dict) else {}
     clean["counts"] = clean_counts(hello.get("counts"))
+    # An agent injected into a process that was already running (`trainmon attach`): when it started.
+    clean["attached_live"] = hello.get("attached_live") is True
+    attach_wall = hello.get("attach_wall")
+    live_wall = isinstance(attach_wall, (int, float)) and not isinstance(attach_wall, bool)
+    clean["attach_wall"] = float(attach_wall) if live_wall and 0 < attach_wall < math.inf else None
     if monitor:
+        # A training the monitor found and samples without an agent (trainmon.sources.discover).
+        clean["measured_by"] = "sampling" if hello.get("measured_by") == "sampling" else "agent"
         peer_pid = hello.get("peer_pid")
         clean["peer_pid"] = peer_pid if _is_int(peer_pid) and 0 < peer_pid < 1 << 31 else None
         ns = hello.get("pid_namespace")
