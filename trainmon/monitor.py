@@ -29,6 +29,7 @@ from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
 from trainmon.sources.host import HostSource
 from trainmon.sources.procs import ProcSource
+from trainmon.sources.unattached import UnattachedRuns
 from trainmon.store.store import Ingest, Store
 
 log = logging.getLogger("trainmon.monitor")
@@ -111,6 +112,7 @@ class Monitor:
         sources: list[Source] | None = None,
         nvml_module: Any = None,
         dump_on_critical: bool = True,
+        discover: bool = True,
     ) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
@@ -120,10 +122,14 @@ class Monitor:
         self.extra_pids: dict[int, str] = {}
         self.gpu: GpuSource | None = None
         self.procs: ProcSource | None = None
+        # Trainings running without an agent: found on the host, sampled, judged (trainmon.sources.unattached).
+        self.unattached: UnattachedRuns | None = None
         if sources is None:
             self.gpu = GpuSource(nvml_module)
             self.procs = ProcSource(self.tracked_pids)
-            sources = [HostSource(), DiskSource(), self.procs, self.gpu]
+            self.unattached = UnattachedRuns(self.ingest, self.agent_pids) if discover else None
+            found = [self.unattached] if self.unattached is not None else []
+            sources = [*found, HostSource(), DiskSource(), self.procs, self.gpu]
         self.sources = sources
         self.source_cost_s: dict[str, float] = {}
         self._failed_sources: set[str] = set()
@@ -146,6 +152,8 @@ class Monitor:
         Pids of the monitor's namespace only: a run in another pid namespace counts with its mapped pids,
         one that could not be mapped with none (its pids would name other processes here)."""
         pids = dict(self.extra_pids)
+        if self.unattached is not None:
+            pids.update(self.unattached.roles())
         with self.store.lock:
             for run in self.store.runs.values():
                 if not run.connected and run.ended:
@@ -156,6 +164,15 @@ class Monitor:
                 for pid in run.worker_pids():
                     pids[pid] = "worker"
         return pids
+
+    def agent_pids(self) -> set[int]:
+        """Main processes an agent reports from (connected): they are never sampled."""
+        with self.store.lock:
+            return {
+                pid
+                for run in self.store.runs.values()
+                if run.connected and run.measured_by == "agent" and (pid := run.proc_pid) is not None
+            }
 
     def track(self, pid: int, role: str = "child") -> None:
         self.extra_pids[pid] = role
@@ -170,7 +187,10 @@ class Monitor:
         if probe.error:
             return probe.error
         self.track(pid, "main")
-        self.sources.append(_PySpySource(PySpySampler(pid)))
+        if self.unattached is not None:
+            self.unattached.watch(pid)  # a sampled run like any discovered training
+        else:
+            self.sources.append(_PySpySource(PySpySampler(pid)))
         return None
 
     @staticmethod

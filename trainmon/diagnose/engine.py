@@ -13,6 +13,7 @@ from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
 from trainmon.diagnose.rules.dist import comm_bound
+from trainmon.diagnose.rules.sampled import sampled_verdict
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run_window
 from trainmon.numbers import is_nan
@@ -54,6 +55,13 @@ def evaluate(
         host = host_window(store, t0, t)
         for run in list(store.runs.values()):
             if run.first_seen > t:
+                continue
+            if run.measured_by == "sampling":
+                if run.connected or run.last_seen >= t0:
+                    span_end = t if run.connected else min(t, run.last_seen)
+                    f = sampled_verdict(store, run, host_window(store, t0, span_end, run), t0, span_end, th)
+                    findings.append(f)
+                    judged += f.code != "insufficient_data"
                 continue
             owners.append((len(findings), run))
             if (f := rules.hang(store, run, t, th)) is not None:

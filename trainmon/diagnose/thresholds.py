@@ -63,4 +63,6 @@ class Thresholds:
     change_step_ratio: float = 1.5  # so is a step time this many times longer or shorter
     change_z: float = 4.5  # rank statistic of a change, in standard deviations (scanned over every split)
     phase_min_s: float = 5.0  # a report's phases last at least this long
+    sampled_min_samples: int = 30  # a training sampled without an agent is judged on at least this many samples
+    sampled_idle_cpu_pct: float = 10.0  # ... and not at all while its main process uses less CPU than this
     headline_share: float = 0.25  # a cause headlining this share of the steady state may head the report

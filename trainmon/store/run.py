@@ -172,6 +172,18 @@ class Run:
         return self.hello.get("rank")
 
     @property
+    def measured_by(self) -> str:
+        """ "agent" (steps and waits reported by the agent) or "sampling" (a training found running without one,
+        its main thread sampled by py-spy: no steps)."""
+        return "sampling" if self.hello.get("measured_by") == "sampling" else "agent"
+
+    @property
+    def attach_wall(self) -> float | None:
+        """Wall-clock time the agent was injected into the running process (``trainmon attach``), else None."""
+        wall = self.hello.get("attach_wall")
+        return float(wall) if self.hello.get("attached_live") and isinstance(wall, (int, float)) else None
+
+    @property
     def name(self) -> str:
         return str(self.hello.get("name") or "python")
 

@@ -89,8 +89,8 @@ def _main_process(
     return Finding(
         "input.main_process",
         severity,
-        f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}; "
-        f"step p50 {w.step_p50_s * 1e3:.0f} ms",
+        f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}"
+        + ("" if is_nan(w.step_p50_s) else f"; step p50 {w.step_p50_s * 1e3:.0f} ms"),
         [
             f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute "
             f"(at most {evidence['num_workers_bound_why']})",
