@@ -69,4 +69,6 @@ def fake_monitor(store: Any, extra_pids: dict[int, str] | None = None, dump_stac
         gpu=None,
         extra_pids=extra_pids or {},
         dump_stacks=dump_stacks or Monitor.dump_stacks,
+        found_roles=dict,
+        attach=lambda pid: (False, f"pid {pid}: this test's monitor does not listen"),
     )

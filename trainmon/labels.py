@@ -42,6 +42,12 @@ def status_run_part(label: str, steps_per_s: float, wait_fraction: float, steps:
     return f"{label}: {steps_per_s:6.1f} steps/s, data wait {wait}, {steps} steps"
 
 
+def status_sampled_part(label: str, name: str, wait_fraction: float) -> str:
+    """A training found running without an agent: its sampled data-wait estimate (NaN → n/a)."""
+    wait = "n/a" if is_nan(wait_fraction) else f"~{wait_fraction:.0%}"
+    return f"{label} {name}: not attached, sampled data wait {wait}"
+
+
 def status_text(parts: Iterable[str], verdict: tuple[str, str] | None, idle: str) -> str:
     """The runs' parts joined, then the verdict (code, summary) or "…" while none holds yet."""
     runs = " | ".join(parts) or idle

@@ -19,8 +19,9 @@ from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.window import run_window
-from trainmon.labels import run_label, status_run_part, status_text
+from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
@@ -82,6 +83,7 @@ class RunStatus:
     step_p50_ms: float
     dropped_records: int
     gpus: list[int] = field(default_factory=list)  # the run's own GPUs (NVML indices), where known
+    measured_by: str = "agent"  # or "sampling": found running without an agent (wait_fraction: the estimate)
 
 
 @dataclass
@@ -193,6 +195,20 @@ class Monitor:
             self.sources.append(_PySpySource(PySpySampler(pid)))
         return None
 
+    def found_roles(self) -> dict[int, str]:
+        """pid → role of the trainings found running on the host (mains, ranks, workers), agent or not."""
+        return self.unattached.roles() if self.unattached is not None else {}
+
+    def attach(self, pid: int, timeout: float = 15.0) -> tuple[bool, str]:
+        """Inject the agent into the running process ``pid`` so that it reports to this monitor (``trainmon
+        attach``): whether it reports now (or already did), and one line saying so or why not."""
+        if self.address is None:
+            return False, "this monitor does not listen for agents: nothing to attach to"
+        from trainmon.attach import attach_process
+
+        result = attach_process(pid, self.address, timeout=timeout)
+        return result.status in ("attached", "already"), result.message
+
     @staticmethod
     def dump_stacks(pid: int) -> list[str]:
         """Readable Python stacks of every thread of ``pid``, by py-spy without pausing it (or why not)."""
@@ -288,6 +304,9 @@ class Monitor:
             gpus = self.store.index().int_ids(GPU, "util")
             for run in self.store.runs.values():
                 w = run_window(run, t - self.thresholds.window_s, t, min_steps=self.thresholds.window_steps)
+                wait = w.wait_fraction
+                if run.measured_by == "sampling":
+                    wait = sampled_share(self.store, run.pid, t - self.thresholds.window_s, t)[0]
                 i, j = run.steps.index_range(t - rate_window_s, t)
                 span = min(rate_window_s, max(1e-9, t - run.first_seen))
                 out.append(
@@ -300,11 +319,12 @@ class Monitor:
                         run.ended,
                         run.steps.total,
                         (j - i) / span,
-                        w.wait_fraction,
+                        wait,
                         w.samples_per_s,
                         math.nan if is_nan(w.step_p50_s) else w.step_p50_s * 1e3,
                         run.dropped_records,
                         run_gpus(self.store, run, gpus),
+                        run.measured_by,
                     )
                 )
         return out
@@ -341,7 +361,12 @@ class _PySpySource:
 def status_line(snap: Snapshot) -> str:
     """One line for terminals without the TUI: steps/s, data-wait %, verdict."""
     live = [r for r in snap.runs if r.connected] or snap.runs[-1:]
-    parts = [status_run_part(run_label(r.rank, r.pid), r.steps_per_s, r.wait_fraction, r.steps) for r in live[:4]]
+    parts = [
+        status_run_part(run_label(r.rank, r.pid), r.steps_per_s, r.wait_fraction, r.steps)
+        if r.measured_by == "agent"
+        else status_sampled_part(run_label(r.rank, r.pid), r.name, r.wait_fraction)
+        for r in live[:4]
+    ]
     v = snap.verdict
     text = status_text(
         parts, (v.code, v.summary) if v is not None else None, "waiting for a training process to attach"

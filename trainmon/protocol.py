@@ -363,7 +363,7 @@ def clean_hello(hello: dict[str, Any], *, monitor: bool = False) -> dict[str, An
     clean["attached_live"] = hello.get("attached_live") is True
     attach_wall = hello.get("attach_wall")
     live_wall = isinstance(attach_wall, (int, float)) and not isinstance(attach_wall, bool)
-    clean["attach_wall"] = float(attach_wall) if live_wall and 0 < attach_wall < math.inf else None
+    clean["attach_wall"] = float(attach_wall) if live_wall and 0 < float(attach_wall) < math.inf else None  # type: ignore[arg-type]
     if monitor:
         # A training the monitor found and samples without an agent (trainmon.sources.discover).
         clean["measured_by"] = "sampling" if hello.get("measured_by") == "sampling" else "agent"

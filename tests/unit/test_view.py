@@ -234,7 +234,13 @@ def test_frame_builder_follows_the_head_and_clamps_a_cursor_that_slid_off():
 def test_live_feed_keeps_each_ticks_verdict_and_calls_subscribers():
     store = timeline_store(10.0)
     monitor = SimpleNamespace(
-        store=store, last_snapshot=None, listeners=[], interval=1.0, gpu=None, extra_pids={777: "child"}
+        store=store,
+        last_snapshot=None,
+        listeners=[],
+        interval=1.0,
+        gpu=None,
+        extra_pids={777: "child"},
+        found_roles=lambda: {888: "main", 889: "worker"},
     )
     feed = LiveFeed(monitor, keep_s=5.0)
     calls = []
@@ -245,6 +251,7 @@ def test_live_feed_keeps_each_ticks_verdict_and_calls_subscribers():
             listener(SimpleNamespace(t=T0 + k, verdict=ok, findings=[ok]))
     assert len(calls) == 8 and feed.head() == T0 + 7
     assert [p.t for p in feed.verdicts(T0, T0 + 7)] == [T0 + 2 + k for k in range(6)]  # older than keep_s: gone
-    assert feed.extra_roles() == {777: "child"} and feed.status_label(False, 0) == ("LIVE", "")
+    assert feed.extra_roles() == {777: "child", 888: "main", 889: "worker"}
+    assert feed.status_label(False, 0) == ("LIVE", "")
     feed.close()
     assert monitor.listeners == []

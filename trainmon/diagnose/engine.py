@@ -59,9 +59,9 @@ def evaluate(
             if run.measured_by == "sampling":
                 if run.connected or run.last_seen >= t0:
                     span_end = t if run.connected else min(t, run.last_seen)
-                    f = sampled_verdict(store, run, host_window(store, t0, span_end, run), t0, span_end, th)
-                    findings.append(f)
-                    judged += f.code != "insufficient_data"
+                    sampled = sampled_verdict(store, run, host_window(store, t0, span_end, run), t0, span_end, th)
+                    findings.append(sampled)
+                    judged += sampled.code != "insufficient_data"
                 continue
             owners.append((len(findings), run))
             if (f := rules.hang(store, run, t, th)) is not None:

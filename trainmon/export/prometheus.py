@@ -149,6 +149,12 @@ class MonitorCollector:
             "trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", labels=labels
         )
         up = GaugeMetricFamily("trainmon_run_connected", "1 while the run's agent is connected", labels=labels)
+        sampled = GaugeMetricFamily(
+            "trainmon_run_sampled",
+            "1 for a training found running without an agent: its data-wait ratio is estimated from py-spy samples "
+            "and it has no step figures (trainmon attach PID gives exact ones); 0 for a run with an agent",
+            labels=labels,
+        )
         on_gpu = GaugeMetricFamily(
             "trainmon_run_gpu",
             "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)",
@@ -168,6 +174,13 @@ class MonitorCollector:
                 step.add_metric(lv, r.step_p50_ms / 1e3)
             if _ok(r.wait_fraction):
                 wait.add_metric(lv, r.wait_fraction)
+            sampled.add_metric(lv, 1.0 if r.measured_by == "sampling" else 0.0)
+            if r.measured_by == "sampling":
+                up.add_metric(lv, 1.0 if r.connected else 0.0)
+                top = run_finding(snap.findings, run_label(r.rank, r.pid))
+                if top is not None:
+                    verdict.add_metric([*lv, top.code, top.severity], 1.0)
+                continue  # no steps: no step figures
             if _ok(r.samples_per_s):
                 sps.add_metric(lv, r.samples_per_s)
                 if _ok(tokens := r.samples_per_s * per_sample.get(r.run_id, math.nan)):
@@ -181,7 +194,7 @@ class MonitorCollector:
             top = run_finding(snap.findings, run_label(r.rank, r.pid))
             if top is not None:
                 verdict.add_metric([*lv, top.code, top.severity], 1.0)
-        yield from (step, wait, sps, tps, rate, steps, drops, up, on_gpu, verdict)
+        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict)
 
     def _identities(self) -> dict[int, tuple[str, str]]:
         """(job id, node) of each run of the store, by run id."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.rules import Thresholds
 from trainmon.metrics import GPU
-from trainmon.report.runs import run_summary
+from trainmon.report.runs import measurement, run_summary
 from trainmon.report.schema import IdleProcess, Report, RunRow
 from trainmon.report.series import series_section
 from trainmon.report.stacks import stack_dumps
@@ -22,14 +22,16 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
         everything = sorted(
             store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.first_seen)
         )
-        # Processes that attached but never trained (a launcher, a helper script) are not runs.
-        runs = [r for r in everything if r.steps.total or r.loaders]
-        idle: list[IdleProcess] = [
-            {"pid": r.pid, "name": r.name} for r in everything if not (r.steps.total or r.loaders)
-        ]
+        # Processes that attached but never trained (a launcher, a helper script) are not runs; a training sampled
+        # until an agent took over is listed once, as the agent's run (with attached_at).
+        sampled = [r for r in everything if r.measured_by == "sampling" and r.ended != "attached"]
+        agents = [r for r in everything if r.measured_by == "agent"]
+        runs = [r for r in agents if r.steps.total or r.loaders] + sampled
+        idle: list[IdleProcess] = [{"pid": r.pid, "name": r.name} for r in agents if not (r.steps.total or r.loaders)]
         run_rows: list[RunRow] = [
             {
-                **run_summary(r),
+                **run_summary(r, store),
+                **measurement(store, r, first),
                 "processes": process_figures(store, r),
                 "pyspy_data_wait_share": pyspy_wait_share(store, r.pid),
                 "gpus": run_gpus(store, r, store.index().int_ids(GPU, "util")),

@@ -32,11 +32,12 @@ def run_cells(run: RunRow) -> list[str]:
     """One run's row, in the order of RUN_HEADER."""
     st = run["step_time_ms"]
     wait = run["data_wait_fraction"]
+    approx = "~" if run.get("measured_by") == "sampling" else ""
     return [
         f"{run_label(run['rank'], run['pid'])} {run['name']}".strip(),
-        str(run["steps"]),
+        str(run["steps"]) if run["steps"] is not None else "sampled",
         f"{fmt(st['p50'])} / {fmt(st['p95'])}",
-        fmt(wait * 100 if wait is not None else None, "%"),
+        approx + fmt(wait * 100 if wait is not None else None, "%"),
         fmt(run["samples_per_s"]),
         loader_cell(run["dataloader"]),
     ]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.window import quantile
 from trainmon.numbers import rounded
-from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, RunSummary
+from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, RunSummary
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
+from trainmon.store.store import Store
 
 
 def loader_config(config: dict[str, Any]) -> LoaderConfig | None:
@@ -58,7 +60,14 @@ def epoch_restarts(run: Run) -> EpochRestarts:
     }
 
 
-def run_summary(run: Run) -> RunSummary:
+def sampled_wait(store: Store, run: Run) -> tuple[float, int]:
+    """A sampled run's data-wait share over its whole span, and the samples it rests on."""
+    return sampled_share(store, run.pid, run.first_seen, run.last_seen if not run.connected else math.inf)
+
+
+def run_summary(run: Run, store: Store | None = None) -> RunSummary:
+    """The run's figures over its steady state. A run measured by sampling has no steps (those are None); its data
+    wait is the sampled estimate, read from ``store``."""
     steps = run.steps
     durations: list[float] = []
     wait = total = exposed = exposed_wait = comm = 0.0
@@ -75,7 +84,8 @@ def run_summary(run: Run) -> RunSummary:
         if steps.exposed[k] == steps.exposed[k]:  # measured (CUDA)
             exposed += steps.exposed[k]
             exposed_wait += steps.exposed_wait[k]
-    train = run.train_loader()
+    sampled = run.measured_by == "sampling"
+    train = run.loaders.get(1) if sampled else run.train_loader()
     samples_per_s = samples / total if total > 0 and samples else math.nan
     per_sample = tokens_per_sample(train.config) if train is not None else math.nan
     return {
@@ -85,13 +95,16 @@ def run_summary(run: Run) -> RunSummary:
         "rank": run.rank,
         "name": run.name,
         "host": run.host,
-        "steps": steps.total,
-        "warmup_steps": steps.total - len(durations),
+        "steps": None if sampled else steps.total,
+        "warmup_steps": None if sampled else steps.total - len(durations),
         "step_time_ms": {
             "p50": rounded(quantile(durations, 0.5) * 1e3, 3),
             "p95": rounded(quantile(durations, 0.95) * 1e3, 3),
         },
-        "data_wait_fraction": rounded(wait / total if total > 0 else math.nan, 4),
+        "data_wait_fraction": rounded(
+            sampled_wait(store, run)[0] if sampled and store is not None else wait / total if total > 0 else math.nan,
+            4,
+        ),
         "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
         "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
         "samples_per_s": rounded(samples_per_s, 2),
@@ -120,3 +133,20 @@ def framework(run: Run) -> Framework | None:
         return None
     version = fw.get("version")
     return {"name": fw["name"], "version": version if isinstance(version, str) else None}
+
+
+def measurement(store: Store, run: Run, first: float) -> Measurement:
+    """How the run was measured: by its agent (from the start, or injected into it ``attached_at`` seconds into
+    the recording), or by sampling (its data-wait share estimated from py-spy samples, over the whole run)."""
+    if run.measured_by == "sampling":
+        n = sampled_wait(store, run)[1]
+        return {"measured_by": "sampling", "attached_at": None, "data_wait_samples": n}
+    attached_at = None
+    wall = run.attach_wall
+    if wall is not None:
+        mono, hello_wall = run.hello.get("mono_ns"), run.hello.get("wall")
+        at = run.first_seen
+        if isinstance(mono, int) and isinstance(hello_wall, float):
+            at = mono / 1e9 - (hello_wall - wall)  # the attach instant on the monitor's clock
+        attached_at = round(max(0.0, at - first), 2)
+    return {"measured_by": "agent", "attached_at": attached_at, "data_wait_samples": None}

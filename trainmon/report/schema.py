@@ -79,8 +79,8 @@ class RunSummary(EpochRestarts):
     rank: int | None
     name: str
     host: str
-    steps: int
-    warmup_steps: int
+    steps: int | None  # None: a run measured by sampling (no steps known)
+    warmup_steps: int | None
     step_time_ms: StepTimes
     data_wait_fraction: float | None
     exposed_wait_fraction: float | None  # share of step time the GPU sat idle because of waits (CUDA only)
@@ -103,8 +103,25 @@ class RunSummary(EpochRestarts):
     framework: Framework | None  # None: a plain PyTorch loop
 
 
+class Measurement(TypedDict):
+    """How a run was measured (see RunRow)."""
+
+    measured_by: str
+    attached_at: float | None
+    data_wait_samples: int | None
+
+
 class RunRow(RunSummary):
-    """A run as the report lists it: its summary plus its processes and the py-spy estimate."""
+    """A run as the report lists it: its summary plus its processes and the py-spy estimate.
+
+    ``measured_by``: "agent", or "sampling" for a training found running without one (``steps`` null, its
+    ``data_wait_fraction`` the share of py-spy samples of its main thread in data waits). ``attached_at``: seconds
+    into the recording when ``trainmon attach`` injected the agent into the running process (null: the agent was
+    there from the start)."""
+
+    measured_by: str
+    attached_at: float | None
+    data_wait_samples: int | None  # sampling: the samples the estimate rests on (None for an agent's run)
 
     processes: ProcessFigures
     pyspy_data_wait_share: float | None

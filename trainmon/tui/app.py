@@ -35,6 +35,7 @@ COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 34
 REPLAY_POLL_S = 0.25
 QUIT_CONFIRM_S = 5.0
+ATTACH_CONFIRM_S = 5.0
 ASCII_KEYS = " <> cursor  q quit  ? help  p pause  w window  f focus  d stack  e evidence"
 
 
@@ -89,6 +90,7 @@ class TrainmonApp(App[int]):
         Binding("w", "window", "Window"),
         Binding("f", "focus_pane", "Focus"),
         Binding("d", "dump", "Stack"),
+        Binding("a", "attach", "Attach"),
         Binding("e", "evidence", "Evidence"),
         Binding("left", "cursor(-1)", "Cursor", priority=True, key_display="←→"),
         Binding("right", "cursor(1)", "Cursor", priority=True, show=False),
@@ -125,6 +127,7 @@ class TrainmonApp(App[int]):
         self._server_watch: ServerWatch | None = None
         self.threaded = threaded
         self._quit_armed_at: float | None = None
+        self._attach_armed: tuple[int, float] | None = None  # (pid, when) of a first press of a
         self._thread: FrameThread | None = None
         if not self.glyphs.unicode:
             self.add_class("-ascii")
@@ -295,6 +298,32 @@ class TrainmonApp(App[int]):
             self.notify(f"no stack dump: {why}", severity="warning", timeout=3)
             return
         self.push_screen(StackScreen(pid, table.selected_role(), self.feed.dump))
+
+    def action_attach(self) -> None:
+        """Inject the agent into the selected process: a first press asks, a second within ATTACH_CONFIRM_S does."""
+        table = self.table
+        pid = table.selected_pid()
+        role = table.selected_role()
+        if pid is None or role not in ("main", "rank"):
+            what = "a training's main process" if pid is None else f"its main process, not a {role or 'process'}"
+            self.notify(f"to attach, select {what} in the process table", severity="warning", timeout=3)
+            return
+        now = time.monotonic()
+        armed = self._attach_armed
+        if armed is None or armed[0] != pid or now - armed[1] > ATTACH_CONFIRM_S:
+            self._attach_armed = (pid, now)
+            self.notify(
+                f"attach the trainmon agent to pid {pid} without a restart? press a again to confirm",
+                timeout=ATTACH_CONFIRM_S,
+            )
+            return
+        self._attach_armed = None
+        self.notify(f"attaching to pid {pid}…", timeout=3)
+        self.run_worker(lambda: self._attach_pid(pid), thread=True, group="attach", exit_on_error=False)
+
+    def _attach_pid(self, pid: int) -> None:
+        ok, message = self.feed.attach(pid)
+        self.call_from_thread(self.notify, message, severity="information" if ok else "error", timeout=8)
 
     async def action_quit(self) -> None:
         if self.job is not None and self.job.confirm_quit and self.job.running():

@@ -100,13 +100,17 @@ def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[L
     for a in frame.agentless:
         rows = area(a.wait_share, 100.0, size.rows(2, 1), "wait", glyphs)
         values: list[Line] = [
-            [_lbl("py-spy "), _val(f"pid {a.pid}")],
+            [_lbl("not attached "), _val(f"{a.name} pid {a.pid}".strip())],
             [_lbl("data wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True)],
             [_lbl("checkpoint "), _val(fmt_pct(a.values.get("checkpoint_pct")))],
         ]
         if size.compact:
             values = [
-                [_lbl("py-spy wait "), _val(fmt_pct(a.values.get("wait_pct")), "wait", True), _lbl(f" pid {a.pid}")]
+                [
+                    _lbl("sampled wait "),
+                    _val(fmt_pct(a.values.get("wait_pct")), "wait", True),
+                    _lbl(f" {a.name} pid {a.pid} not attached".replace("  ", " ")),
+                ]
             ]
         tracks.append(Track(["py-spy", "wait%"], rows, values))
     first = runs[0] if runs else None
@@ -120,7 +124,7 @@ def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[L
     elif many:
         title += [_lbl(f" · {len(runs)} ranks · {first.name if first else ''}")]
     if frame.agentless and not runs:
-        title += [_lbl(" · agentless (py-spy sampling)")]
+        title += [_lbl(" · not attached: sampled by py-spy · select it below and press a to attach")]
     return title, tracks
 
 

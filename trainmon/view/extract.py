@@ -19,7 +19,10 @@ ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
 
 def visible_runs(store: Store, t0: float, t1: float) -> list[Run]:
-    runs = [r for r in store.runs.values() if r.first_seen <= t1 and r.last_seen >= t0 - 5.0]
+    """The runs with an agent that reported within [t0, t1] (sampled ones are shown as agentless processes)."""
+    runs = [
+        r for r in store.runs.values() if r.first_seen <= t1 and r.last_seen >= t0 - 5.0 and r.measured_by == "agent"
+    ]
     return sorted(runs, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid, r.id))
 
 
@@ -49,16 +52,21 @@ def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols:
 
 def agentless_views(store: Store, edges: Sequence[float], t: float, hold: float) -> list[AgentlessView]:
     out = []
+    sampled = {r.pid: r for r in store.runs.values() if r.measured_by == "sampling" and r.first_seen <= t}
     for ident in sorted(store.index().ids(PYSPY, "data_wait_share")):
         pid = int(ident)
         wait = store.series.get(PYSPY.key(pid, "data_wait_share"))
         ckpt = store.series.get(PYSPY.key(pid, "checkpoint_share"))
+        run = sampled.get(pid)
+        if run is not None and not run.connected and run.last_seen < t - 3 * hold:
+            continue  # ended (exited, or an agent took over) before the instant shown
         out.append(
             AgentlessView(
                 pid,
                 [x * 100 for x in bucket_series(wait, edges, hold)],
                 [x * 100 for x in bucket_series(ckpt, edges, hold)],
                 {"wait_pct": value_at(wait, t, 3 * hold) * 100, "checkpoint_pct": value_at(ckpt, t, 3 * hold) * 100},
+                run.name if run is not None else "",
             )
         )
     return out

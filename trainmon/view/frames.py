@@ -93,6 +93,7 @@ class AgentlessView:
     wait_share: list[float]
     checkpoint_share: list[float]
     values: dict[str, float]
+    name: str = ""  # the script, for a training found running without an agent
 
 
 @dataclass

@@ -67,6 +67,12 @@ class MonitorLike(Protocol):
     def dump_stacks(self, pid: int) -> list[str]:
         """Readable Python stacks of ``pid`` now (or why there are none)."""
 
+    def found_roles(self) -> dict[int, str]:
+        """pid → role of the trainings found running on the host (mains, ranks, workers)."""
+
+    def attach(self, pid: int) -> tuple[bool, str]:
+        """Inject the agent into the running process ``pid``: whether it reports now, and one line."""
+
 
 class LiveFeed:
     """The live Monitor as a Feed; it keeps the verdict of every tick for the history strip and the cursor."""
@@ -130,7 +136,8 @@ class LiveFeed:
         return self.store.metadata.get("gpu_error")
 
     def extra_roles(self) -> dict[int, str]:
-        return dict(self.monitor.extra_pids)
+        # Trainings found running count too: they are listed before their run is made.
+        return {**self.monitor.found_roles(), **self.monitor.extra_pids}
 
     def wall_offset(self) -> float | None:
         return self._offset
@@ -148,6 +155,9 @@ class LiveFeed:
         if self._dumper is not None:
             return self._dumper(pid)
         return self.monitor.dump_stacks(pid)
+
+    def attach(self, pid: int) -> tuple[bool, str]:
+        return self.monitor.attach(pid)
 
     def close(self) -> None:
         self._subscribers.clear()

@@ -63,5 +63,9 @@ class Feed(Protocol):
     def dump(self, pid: int) -> list[str]:
         """A stack dump of ``pid`` as lines (or one line saying why not). Slow: call off the UI thread."""
 
+    def attach(self, pid: int) -> tuple[bool, str]:
+        """Inject the agent into the running process ``pid`` (``trainmon attach``): whether it reports now, and
+        one line saying so or why not. Slow (seconds): call off the UI thread."""
+
     def subscribe(self, callback: Callable[[], None]) -> bool:
         """Call ``callback`` (on any thread) when new data arrives; False when the feed must be polled instead."""

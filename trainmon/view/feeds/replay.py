@@ -165,6 +165,9 @@ class ReplayFeed:
             "run `trainmon` (or `trainmon --pid PID`) next to the training job to dump its stacks",
         ]
 
+    def attach(self, pid: int) -> tuple[bool, str]:
+        return False, f"pid {pid}: this screen replays a recording; run `trainmon attach {pid}` next to the job"
+
     def subscribe(self, callback: Callable[[], None]) -> bool:
         return False  # the playback clock moves on its own: the screen polls it
 
