@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from array import array
@@ -114,7 +115,7 @@ class Monitor:
         sources: list[Source] | None = None,
         nvml_module: Any = None,
         dump_on_critical: bool = True,
-        discover: bool = True,
+        discover: bool | None = None,
     ) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
@@ -129,6 +130,8 @@ class Monitor:
         if sources is None:
             self.gpu = GpuSource(nvml_module)
             self.procs = ProcSource(self.tracked_pids)
+            if discover is None:
+                discover = os.environ.get("TRAINMON_DISCOVER", "1").strip().lower() not in ("0", "false", "no", "off")
             self.unattached = UnattachedRuns(self.ingest, self.agent_pids) if discover else None
             found = [self.unattached] if self.unattached is not None else []
             sources = [*found, HostSource(), DiskSource(), self.procs, self.gpu]

@@ -53,7 +53,14 @@ def start_monitor(
     from trainmon.monitor import Monitor
     from trainmon.sources.agents import AddressError
 
-    monitor = Monitor(address, interval=interval(args), token=token, sinks=sinks, thresholds=args.settings.thresholds)
+    monitor = Monitor(
+        address,
+        interval=interval(args),
+        token=token,
+        sinks=sinks,
+        thresholds=args.settings.thresholds,
+        discover=False if getattr(args, "no_discover", False) else None,
+    )
     for pid in pids:
         error = monitor.watch_pid(pid)
         if error:

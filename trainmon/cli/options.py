@@ -61,6 +61,13 @@ def monitor_options(
     p.add_argument("--interval", type=positive_seconds, default=default(None), metavar="S", help=help_texts["interval"])
     p.add_argument("--prometheus", metavar="HOST:PORT", default=default(None), help=help_texts["prometheus"])
     p.add_argument("--pid", type=int, action="append", default=default([]), metavar="PID", help=help_texts["pid"])
+    p.add_argument(
+        "--no-discover",
+        action="store_true",
+        default=default(False),
+        help="do not look for PyTorch trainings running without the agent (default: they are found and sampled; "
+        "TRAINMON_DISCOVER=0 does the same)",
+    )
     return p
 
 

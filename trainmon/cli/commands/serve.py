@@ -112,4 +112,5 @@ def _screen_arguments(args: argparse.Namespace) -> list[str]:
         return [*arguments, "replay", os.path.abspath(args.replay)]
     pids = [f"--pid={pid}" for pid in args.pid]
     listen = ["--listen", args.listen] if args.listen else []
-    return [*arguments, *listen, *pids, "--interval", str(interval(args))]
+    discover = ["--no-discover"] if getattr(args, "no_discover", False) else []
+    return [*arguments, *listen, *pids, *discover, "--interval", str(interval(args))]
