@@ -1,0 +1,227 @@
+"""Trainings started without trainmon, found by a monitor that was never told about them: listed with their role and
+name, sampled, judged, recorded and reported as sampled runs (real processes, real /proc, real py-spy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainmon.monitor import Monitor
+from trainmon.sources.discover import Discovery
+from trainmon.view import extract
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "tests" / "workloads" / "examples_imagenet.py"
+PY = sys.executable
+METER = re.compile(r"meter step=(\d+) data_time_sum=([\d.]+) batch_time_sum=([\d.]+) t=([\d.]+)")
+
+
+def plain_env(**extra: str) -> dict[str, str]:
+    """The environment of a job started without trainmon: nothing of trainmon's on its path or in its variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_") and k != "PYTHONPATH"}
+    return env | extra
+
+
+def start_training(case: str, seconds: float = 120.0) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [PY, str(EXAMPLES), "--case", case, "--seconds", str(seconds), "--print-freq", "2"],
+        env=plain_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=str(ROOT / "tests" / "workloads"),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "start case=…": torch is imported and the loader made
+    assert line.startswith("start"), line
+    return proc
+
+
+def meters(lines: list[str]) -> list[tuple[int, float, float, float]]:
+    return [(int(m[1]), float(m[2]), float(m[3]), float(m[4])) for line in lines if (m := METER.search(line))]
+
+
+def stop(proc: subprocess.Popen[str]) -> list[str]:
+    proc.terminate()
+    try:
+        out, _ = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out.splitlines()
+
+
+def wait_for(predicate, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+@pytest.fixture
+def discovering_monitor(addr: str):
+    m = Monitor(addr, interval=0.5, discover=True, dump_on_critical=False)
+    m.start()
+    yield m
+    m.stop()
+
+
+def test_a_training_started_without_trainmon_is_listed_at_once_then_sampled_and_judged(discovering_monitor):
+    m = discovering_monitor
+    proc = start_training("one-worker")
+    try:
+        t_ready = time.monotonic()
+        roles = wait_for(lambda: m.tracked_pids().get(proc.pid) == "main" and m.tracked_pids(), 5.0)
+        listed_after = time.monotonic() - t_ready
+        assert roles, f"pid {proc.pid} not found: {m.tracked_pids()}"
+        assert listed_after < 2.0, listed_after
+        # Its DataLoader worker is found as its worker, and the process table names both.
+        workers = wait_for(
+            lambda: [p for p, r in m.tracked_pids().items() if r == "worker" and _ppid(p) == proc.pid], 10.0
+        )
+        assert workers, m.tracked_pids()
+        run = wait_for(lambda: next((r for r in m.store.runs.values() if r.pid == proc.pid), None), 5.0)
+        assert run is not None and run.measured_by == "sampling" and run.steps.total == 0
+        t = time.monotonic()
+        rows = {r.pid: r for r in extract.proc_rows(m.store, m.found_roles(), t, 3.0)}
+        assert rows[proc.pid].role == "main" and "examples_imagenet.py" in rows[proc.pid].name
+        assert any(rows[w].role == "worker" and "examples_imagenet.py" in rows[w].name for w in workers if w in rows)
+
+        def sampled_finding():
+            return next(
+                (
+                    f
+                    for f in m.findings
+                    if f.evidence.get("measured_by") == "sampling"
+                    and f.evidence.get("run") == f"pid {proc.pid}"
+                    and f.code.startswith("input.")
+                ),
+                None,
+            )
+
+        found = wait_for(sampled_finding, 25.0, 0.5)
+        assert found is not None, [(f.code, f.summary) for f in m.findings]
+        judged_after = time.monotonic() - t_ready
+        assert judged_after < 20.0 + 5.0, judged_after  # 20 s on a quiet host; the machine may be shared
+        assert found.code.startswith("input."), (found.code, found.summary)
+        assert found.summary.startswith("sampled examples_imagenet.py"), found.summary
+        assert any(f"trainmon attach {proc.pid}" in a for a in found.advice)
+        assert m.last_snapshot is not None
+        status = next(r for r in m.last_snapshot.runs if r.pid == proc.pid)
+        assert status.measured_by == "sampling" and 0.0 <= status.wait_fraction <= 1.0
+    finally:
+        stop(proc)
+    # Gone: its run ends ("exit") and it leaves the process table.
+    ended = wait_for(lambda: (r := next(r for r in m.store.runs.values() if r.pid == proc.pid)).ended and r, 5.0)
+    assert ended and ended.ended == "exit" and not ended.connected
+    assert wait_for(lambda: proc.pid not in m.tracked_pids(), 3.0)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return int(data[data.rindex(b")") + 2 :].split()[1])
+
+
+def test_discovery_skips_itself_its_ancestors_and_examines_a_process_once():
+    # This test process imports torch and is the monitor's ancestor in every CLI test: never a training to sample.
+    d = Discovery()
+    first = d.scan()
+    assert os.getpid() not in first and os.getppid() not in first
+    examined = d.examined
+    d.scan()
+    d.scan()
+    # Nothing new started: only young Python processes without torch are looked at again.
+    young_python = [p for p in d.procs.values() if not p.torch]
+    assert d.examined - examined <= 2 * len(young_python)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_another_users_trainings_are_not_read():
+    proc = start_training("healthy", seconds=60)
+    try:
+        code = (
+            "import json; from trainmon.sources.discover import Discovery; "
+            "print(json.dumps(sorted(Discovery().scan())))"
+        )
+        out = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PY, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=plain_env(PYTHONPATH=str(ROOT)),
+            cwd="/",
+        )
+        assert out.returncode == 0, out.stderr
+        assert proc.pid not in json.loads(out.stdout)
+        assert proc.pid in Discovery().scan()  # the same scan as its owner finds it
+    finally:
+        stop(proc)
+
+
+def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_path, sock_dir):
+    proc = start_training("main-process")
+    rec = tmp_path / "run.tmrec"
+    try:
+        time.sleep(1.0)
+        t_rec = time.monotonic()
+        out = subprocess.run(
+            [
+                PY,
+                "-m",
+                "trainmon",
+                "record",
+                "--output",
+                str(rec),
+                "--duration",
+                "25",
+                "--quiet",
+                "--listen",
+                os.path.join(sock_dir, "r.sock"),
+            ],
+            env=plain_env(PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        t_end = time.monotonic()
+    finally:
+        lines = stop(proc)
+    report = json.loads(
+        subprocess.run(
+            [PY, "-m", "trainmon", "report", str(rec), "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=plain_env(PYTHONPATH=str(ROOT)),
+        ).stdout
+    )
+    (run,) = [r for r in report["runs"] if r["pid"] == proc.pid]
+    assert run["measured_by"] == "sampling" and run["attached_at"] is None and run["steps"] is None
+    assert run["name"] == "examples_imagenet.py" and run["dataloader"]["num_workers"] == 0
+    assert run["data_wait_samples"] >= 30
+    own = [m for m in meters(lines) if t_rec + 2.0 <= m[3] <= t_end]  # sampled from a second after it began
+    assert len(own) >= 3, lines[-5:]
+    # The script's own figure over the recording (its meter lines within the recorded span).
+    _, d0, b0, _ = own[0]
+    _, d1, b1, _ = own[-1]
+    truth = (d1 - d0) / (b1 - b0)
+    assert run["data_wait_fraction"] == pytest.approx(truth, abs=0.10), (run["data_wait_fraction"], truth)
+    expected = "input.main_process" if truth > 0.10 else "ok.compute_bound"
+    assert report["verdict"]["code"] == expected, (truth, report["verdict"])
+    assert report["verdict"]["evidence"].get("measured_by") == "sampling"
