@@ -41,8 +41,9 @@ PY = sys.executable
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment for children: this checkout importable first, no stray ``TRAINMON_*`` settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    """The environment for children: this checkout importable first, no stray ``TRAINMON_*`` settings (but the
+    suite's ``TRAINMON_DISCOVER``: see tests/conftest.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_") or k == "TRAINMON_DISCOVER"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     env.update(extra)
     return env
