@@ -225,3 +225,66 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
     expected = "input.main_process" if truth > 0.10 else "ok.compute_bound"
     assert report["verdict"]["code"] == expected, (truth, report["verdict"])
     assert report["verdict"]["evidence"].get("measured_by") == "sampling"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_ranks_of_a_torchrun_job_started_without_trainmon_are_one_job(discovering_monitor):
+    m = discovering_monitor
+    ddp = ROOT / "tests" / "workloads" / "ddp_plain.py"
+    launcher = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            str(ddp),
+            "--seconds",
+            "40",
+        ],
+        env=plain_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        ranks: dict[int, int] = {}
+        while len(ranks) < 2:
+            line = launcher.stdout.readline()
+            assert line, "torchrun ended before both ranks started"
+            if (found := re.search(r"start rank=(\d) pid=(\d+)", line)) is not None:
+                ranks[int(found[1])] = int(found[2])
+
+        def runs():
+            got = {r.pid: r for r in m.store.runs.values() if r.pid in ranks.values()}
+            return got if len(got) == 2 else None
+
+        by_pid = wait_for(runs, 10.0)
+        assert by_pid, m.tracked_pids()
+        assert launcher.pid not in m.tracked_pids()  # the launcher is not a training
+        for rank, pid in ranks.items():
+            run = by_pid[pid]
+            assert run.measured_by == "sampling" and run.rank == rank and run.role == "rank"
+            assert run.hello["world_size"] == 2
+            assert wait_for(lambda run=run, pid=pid: [w for w in run.worker_pids() if _ppid(w) == pid], 10.0)
+        assert len({r.job_id for r in by_pid.values()}) == 1 and next(iter(by_pid.values())).job_id
+        assert len({r.job_key for r in by_pid.values()}) == 1
+    finally:
+        launcher.terminate()
+        try:
+            launcher.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.communicate()
