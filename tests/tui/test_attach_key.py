@@ -1,0 +1,74 @@
+"""The screen beside a training that was started without trainmon, as a user meets it: the process table lists it
+(role, name) before anything is attached, the training pane says it is not attached, and ``a`` pressed twice on its
+row injects the agent: its run then reports exact steps. A real Monitor, a real training, a real injection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testsupport.tui import aio, make_app, settle, text, until
+from trainmon.monitor import Monitor
+from trainmon.tui.widgets import ChartPane, ProcTable
+from trainmon.view import LiveFeed
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "tests" / "workloads" / "examples_imagenet.py"
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/gdb") and sys.version_info < (3, 14), reason="the injector needs gdb"
+)
+
+
+@aio
+async def test_a_on_a_training_started_without_trainmon_attaches_it(sock_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_") and k != "PYTHONPATH"}
+    child = subprocess.Popen(
+        [sys.executable, str(EXAMPLES), "--case", "healthy", "--seconds", "120", "--print-freq", "5"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    monitor = Monitor(os.path.join(sock_dir, "m.sock"), interval=0.5, discover=True, dump_on_critical=False)
+    monitor.start()
+    try:
+        app = make_app(LiveFeed(monitor), threaded=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app)
+            table = app.query_one(ProcTable)
+            assert await until(pilot, lambda: str(child.pid) in table.rows, 20.0), "not listed"
+            assert await until(pilot, lambda: "examples_imagenet.py" in text(table), 10.0), text(table)
+            row = table.get_row(str(child.pid))
+            assert "main" in [str(c) for c in row]
+            training = app.query_one("#training", ChartPane)
+            assert await until(pilot, lambda: "not attached" in text(training), 10.0), text(training)
+
+            table.move_cursor(row=table.get_row_index(str(child.pid)))
+            await pilot.press("a")
+            await pilot.pause()
+            assert any("press a again" in n.message for n in app._notifications), "no confirmation asked"
+            assert not any(r.measured_by == "agent" for r in monitor.store.runs.values())
+            await pilot.press("a")
+
+            def attached():
+                return next(
+                    (r for r in monitor.store.runs.values() if r.measured_by == "agent" and r.pid == child.pid), None
+                )
+
+            assert await until(pilot, lambda: attached() is not None and attached().steps.total > 20, 40.0)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            messages = [n.message for n in app._notifications]
+            assert any(f"pid {child.pid}" in m and "attached" in m.lower() for m in messages), messages
+            assert attached().hello.get("attached_live") is True
+            # The pane now shows the run's steps, not the sampled estimate.
+            assert await until(pilot, lambda: "not attached" not in text(training), 10.0), text(training)
+        assert child.poll() is None, "the training died"
+    finally:
+        monitor.stop()
+        child.terminate()
+        child.wait(timeout=20)
