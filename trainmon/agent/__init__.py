@@ -47,6 +47,9 @@ _RANK_ENV = (
 _lock = threading.Lock()
 _agent: _Agent | None = None
 _names: dict[str, int] = {}
+# Set by `trainmon attach` (trainmon.attach) before it calls attach() in a process that was already running: the
+# hello then says so (``attached_live``) and when (``attach_wall``), so the monitor knows the run began before it.
+_LIVE_ATTACH = False
 
 
 class _Agent:
@@ -151,6 +154,7 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
     rank = _env_int("RANK")
     if rank is None:
         rank = _env_int("SLURM_PROCID")
+    live: dict[str, Any] = {"attached_live": True, "attach_wall": time.time()} if _LIVE_ATTACH else {}
     return {
         "pid": os.getpid(),
         "ppid": os.getppid(),
@@ -171,6 +175,7 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
         "protocol": protocol.VERSION,
         "mono_ns": time.monotonic_ns(),
         "wall": time.time(),
+        **live,
     }
 
 

@@ -33,7 +33,8 @@ RANK_ENV = (
     "SLURM_PROCID",
 )
 YOUNG_S = 30.0  # a Python process is looked at every scan this long after it started
-RECHECK_S = 5.0  # then this often
+RECHECK_S = 5.0  # then every RECHECK_S, or a tenth of its age, up to RECHECK_MAX_S
+RECHECK_MAX_S = 60.0
 _MAPS_MAX = 8 << 20
 
 
@@ -156,9 +157,10 @@ class Discovery:
         return [int(name) for name in os.listdir(self.proc_root) if name.isdigit()]
 
     def _due(self, proc: Proc, now: float) -> bool:
-        """A Python process without torch yet: every scan while young, then every RECHECK_S."""
+        """A Python process without torch yet: every scan while young, then less and less often (a script imports
+        torch in its first seconds; a long-lived Python process that has not is unlikely to start)."""
         age = now - _boot_relative(proc.start_ticks)
-        return age < YOUNG_S or now - proc.checked >= RECHECK_S
+        return age < YOUNG_S or now - proc.checked >= min(RECHECK_MAX_S, max(RECHECK_S, age / 10))
 
     def _examine(self, pid: int, proc: Proc | None, now: float) -> None:
         self.examined += 1
