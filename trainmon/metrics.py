@@ -304,6 +304,48 @@ NVML_PROC = Family(
 FAMILIES: Final = (CPU_CORE, GPU, DISK, PROC, PYSPY, NVML_PROC)
 
 
+# ---------------------------------------------------------------- metrics that are not series: runs and verdicts
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A Prometheus metric the exporter writes from the Monitor's snapshot (not from a series), and the cluster view
+    reads back: its one spelling. ``exposed`` is the name a scrape shows (a counter gains ``_total``, an info
+    ``_info``)."""
+
+    name: str
+    help: str
+    suffix: str = ""
+
+    @property
+    def exposed(self) -> str:
+        return self.name + self.suffix
+
+
+STEP_TIME = Metric("trainmon_step_time_seconds", "median step time over the window")
+DATA_WAIT = Metric("trainmon_data_wait_ratio", "share of step time waiting on the DataLoader")
+SAMPLES_RATE = Metric("trainmon_samples_per_second", "training throughput")
+TOKENS_RATE = Metric("trainmon_tokens_per_second", "training throughput in tokens (sequence batches, no padding)")
+STEPS_RATE = Metric("trainmon_steps_per_second", "steps per second (last 5 s)")
+STEPS = Metric("trainmon_steps", "training steps completed", "_total")
+AGENT_DROPS = Metric("trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", "_total")
+RUN_CONNECTED = Metric("trainmon_run_connected", "1 while the run's agent is connected")
+RUN_SAMPLED = Metric(
+    "trainmon_run_sampled",
+    "1 for a training found running without an agent: its data-wait ratio is estimated from py-spy samples and it "
+    "has no step figures (trainmon attach PID gives exact ones); 0 for a run with an agent",
+)
+RUN_GPU = Metric("trainmon_run_gpu", "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)")
+RUN_VERDICT = Metric(
+    "trainmon_run_verdict_info", "1, labelled with the code and severity of the finding that heads this run now"
+)
+VERDICT = Metric("trainmon_verdict", "the headline verdict (its code and severity)", "_info")
+VERDICT_SEVERITY = Metric("trainmon_verdict_severity", "the headline verdict's severity: 0 ok, 1 warning, 2 critical")
+VERDICT_CODE = Metric("trainmon_verdict_code", "which verdict code holds now")
+GPU_THROTTLED = Metric("trainmon_gpu_throttled", "1 while the GPU's clocks are held down")
+GPU_THROTTLE_REASON = Metric("trainmon_gpu_throttle_reason", "1 while this clock-event reason is set")
+
+
 class SeriesIndex:
     """Which ids of each family have series, in the order the series first appeared.
 

@@ -21,6 +21,7 @@ from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.sampled import sampled_share
+from trainmon.diagnose.verdicts import verdict as verdict_of
 from trainmon.diagnose.window import run_window
 from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask
@@ -140,7 +141,11 @@ class Monitor:
         self._failed_sources: set[str] = set()
         self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
         # py-spy stacks of a run's processes when a critical verdict first fires for it: evidence, via the Ingest.
-        self.autodump = AutoDumper(self.ingest.info) if dump_on_critical else None
+        self.autodump = (
+            AutoDumper(self.ingest.info, workers_for=lambda code: verdict_of(code).dump_workers)
+            if dump_on_critical
+            else None
+        )
         self.findings: list[Finding] = []
         self.last_snapshot: Snapshot | None = None
         self.listeners: list[Callable[[Snapshot], None]] = []
@@ -333,17 +338,13 @@ class Monitor:
         return out
 
 
-# Findings whose rules read the thread states (input: workers in D, on the network, the main process's own D;
-# stall: whether the main thread runs): while one stands, the states are looked at 10 times a second.
-STATE_FAMILIES = ("input.", "stall.")
-
-
 def states_matter(findings: list[Finding], verdict: Finding | None) -> bool:
-    """Whether the thread-state sampler should look fast: a finding that reads states, or any verdict that is not
-    plainly fine (a cause may be about to be named). Otherwise one look per tick serves the process table."""
-    if verdict is not None and verdict.severity not in ("ok", "info") and verdict.code != "insufficient_data":
+    """Whether the thread-state sampler should look fast: a finding whose rule reads the states (the registry's
+    ``reads_states``), or any verdict that is not plainly fine (a cause may be about to be named). Otherwise one
+    look per tick serves the process table."""
+    if verdict is not None and verdict.severity != "ok" and verdict.code != "insufficient_data":
         return True
-    return any(f.code.startswith(STATE_FAMILIES) for f in findings)
+    return any(verdict_of(f.code).reads_states for f in findings)
 
 
 class _PySpySource:

@@ -136,6 +136,7 @@ def test_a_stopped_process_is_a_hang_and_is_dumped_without_resuming_it(watched, 
 
 def test_critical_findings_are_dumped_once_per_run_and_code_within_the_cooldown():
     from trainmon.diagnose.findings import Finding
+    from trainmon.diagnose.verdicts import verdict
     from trainmon.sources.autodump import AutoDumper
     from trainmon.store.store import Store
 
@@ -145,7 +146,7 @@ def test_critical_findings_are_dumped_once_per_run_and_code_within_the_cooldown(
         store.hello(1, 0.0, {"pid": sleeper.pid})
         store.hello(2, 0.0, {"pid": 4321, "pid_namespace": "unmapped", "peer_pid": None})
         store.info(2, 0.0, {"workers": {"loader": 1, "pids": [7, 8]}})
-        dumper = AutoDumper(store.info, cooldown_s=60.0)
+        dumper = AutoDumper(store.info, cooldown_s=60.0, workers_for=lambda code: verdict(code).dump_workers)
         critical = Finding("stall.periodic", "critical", "x", [], {"run": f"pid {sleeper.pid}"})
         assert dumper.consider(store, 10.0, [critical, Finding("ok.compute_bound", "ok", "fine")]) == 1
         assert dumper.consider(store, 20.0, [critical]) == 0  # within the cooldown

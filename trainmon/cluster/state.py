@@ -14,29 +14,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmon import metrics as M
 from trainmon.cluster.prom import ClusterError, Prometheus, Sample
 from trainmon.diagnose.findings import CODES, SEVERITIES
+from trainmon.metrics import GPU, HOST
 
 STEP_RATIO = 1.25  # a rank slower than this × its job's median step time (contrib/prometheus: the same)
 WAIT_POINTS = 0.10  # a rank waiting on data this much more of its step than its job's median
+GPU_UTIL = GPU.fields["util"].prom or ""
+CPU_BUSY = HOST["cpu.busy"].prom or ""
 METRICS = (
-    "trainmon_step_time_seconds",
-    "trainmon_data_wait_ratio",
-    "trainmon_samples_per_second",
-    "trainmon_run_connected",
-    "trainmon_run_verdict_info",
-    "trainmon_run_gpu",
-    "trainmon_steps_total",
-    "trainmon_verdict_info",
-    "trainmon_gpu_utilization_percent",
-    "trainmon_gpu_throttled",
-    "trainmon_cpu_busy_percent",
+    M.STEP_TIME.exposed,
+    M.DATA_WAIT.exposed,
+    M.SAMPLES_RATE.exposed,
+    M.RUN_CONNECTED.exposed,
+    M.RUN_VERDICT.exposed,
+    M.RUN_GPU.exposed,
+    M.STEPS.exposed,
+    M.VERDICT.exposed,
+    GPU_UTIL,
+    M.GPU_THROTTLED.exposed,
+    CPU_BUSY,
 )
 RUN_FIGURES = {
-    "trainmon_step_time_seconds": "step_s",
-    "trainmon_data_wait_ratio": "data_wait",
-    "trainmon_samples_per_second": "samples_per_s",
-    "trainmon_steps_total": "steps",
+    M.STEP_TIME.exposed: "step_s",
+    M.DATA_WAIT.exposed: "data_wait",
+    M.SAMPLES_RATE.exposed: "samples_per_s",
+    M.STEPS.exposed: "steps",
 }
 
 
@@ -163,23 +167,23 @@ def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]]) -> Clus
     for s in samples:
         inst = s.labels.get("instance", "")
         node = nodes.setdefault(inst, NodeRow(inst, s.labels.get("host", inst)))
-        if s.name == "trainmon_verdict_info":
+        if s.name == M.VERDICT.exposed:
             node.verdict = Verdict(s.labels.get("code", "?"), _severity(s.labels))
-        elif s.name == "trainmon_gpu_utilization_percent":
+        elif s.name == GPU_UTIL:
             gpu_util[(inst, s.labels.get("gpu", ""))] = s.value
-        elif s.name == "trainmon_gpu_throttled":
+        elif s.name == M.GPU_THROTTLED.exposed:
             throttled[(inst, s.labels.get("gpu", ""))] = s.value
-        elif s.name == "trainmon_cpu_busy_percent":
+        elif s.name == CPU_BUSY:
             node.cpu_busy = s.value
         elif "pid" in s.labels:
             run = _run(runs, inst, s.labels)
             if s.name in RUN_FIGURES:
                 setattr(run, RUN_FIGURES[s.name], s.value if math.isfinite(s.value) else None)
-            elif s.name == "trainmon_run_connected":
+            elif s.name == M.RUN_CONNECTED.exposed:
                 run.connected = s.value == 1
-            elif s.name == "trainmon_run_verdict_info":
+            elif s.name == M.RUN_VERDICT.exposed:
                 run.verdict = Verdict(s.labels.get("code", "?"), _severity(s.labels))
-            elif s.name == "trainmon_run_gpu":
+            elif s.name == M.RUN_GPU.exposed:
                 run_gpus.append(((inst, s.labels["pid"]), s.labels.get("gpu", "")))
     for key, gpu in run_gpus:
         runs[key].gpus.append(gpu)

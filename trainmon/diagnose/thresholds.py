@@ -21,10 +21,14 @@ class Thresholds:
     cpu_saturated_pct: float = 90.0  # SageMaker cpu_threshold
     worker_busy_pct: float = 70.0  # a worker using this much of a core is CPU-bound
     latency_workers_per_core: float = 4.0  # advised workers that mostly wait: at most this many per usable core
+    advice_min_compute_share: float = 0.05  # advised workers: N / (1 − wait), with 1 − wait taken as at least this
     runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved
     io_d_state: float = 0.25  # workers blocked on disk (D) this share of the time
     disk_busy_pct: float = 80.0
     disk_read_mb_s: float = 2.0  # workers' block-layer reads that, with idle CPU, mean disk-bound
+    io_block_read_share: float = 0.5  # ... when they are at least this share of what the workers read()
+    io_disk_read_mb_s: float = 0.5  # a busy disk counts against the workers once they read more than this
+    io_remote_read_share: float = 0.25  # read() from a remote mount: block reads under this share of it
     iowait_pct: float = 30.0  # host iowait, as CPUs, of at least this % of one CPU per worker (D-state unknown)
     net_wait_share: float = 0.25  # workers seen waiting on the network (sockets, network filesystems) this share
     remote_rchar_mb_s: float = 0.5  # workers read this much through read() with little block I/O

@@ -23,6 +23,7 @@ from prometheus_client.core import (
     StateSetMetricFamily,
 )
 
+from trainmon import metrics as M
 from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import run_label
@@ -108,10 +109,8 @@ class MonitorCollector:
         """Per GPU: 1 while a limiting clock-event reason holds it back, as ``gpu.throttled`` counts it (a power
         cap only with the SM clock below ``throttle_power_cap_clock`` of its maximum); and 0/1 per reason."""
         labels = ["host", "gpu"]
-        held = GaugeMetricFamily("trainmon_gpu_throttled", "1 while the GPU's clocks are held down", labels=labels)
-        by_reason = GaugeMetricFamily(
-            "trainmon_gpu_throttle_reason", "1 while this clock-event reason is set", labels=[*labels, "reason"]
-        )
+        held = _gauge(M.GPU_THROTTLED, labels)
+        by_reason = _gauge(M.GPU_THROTTLE_REASON, [*labels, "reason"])
         th = getattr(self.monitor, "thresholds", None)
         share = (th if isinstance(th, Thresholds) else Thresholds()).throttle_power_cap_clock
         for key, mask in latest.items():
@@ -135,36 +134,17 @@ class MonitorCollector:
         if snap is None:
             return
         labels = RUN_LABELS
-        step = GaugeMetricFamily("trainmon_step_time_seconds", "median step time over the window", labels=labels)
-        wait = GaugeMetricFamily(
-            "trainmon_data_wait_ratio", "share of step time waiting on the DataLoader", labels=labels
-        )
-        sps = GaugeMetricFamily("trainmon_samples_per_second", "training throughput", labels=labels)
-        tps = GaugeMetricFamily(
-            "trainmon_tokens_per_second", "training throughput in tokens (sequence batches, no padding)", labels=labels
-        )
-        rate = GaugeMetricFamily("trainmon_steps_per_second", "steps per second (last 5 s)", labels=labels)
-        steps = CounterMetricFamily("trainmon_steps", "training steps completed", labels=labels)
-        drops = CounterMetricFamily(
-            "trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", labels=labels
-        )
-        up = GaugeMetricFamily("trainmon_run_connected", "1 while the run's agent is connected", labels=labels)
-        sampled = GaugeMetricFamily(
-            "trainmon_run_sampled",
-            "1 for a training found running without an agent: its data-wait ratio is estimated from py-spy samples "
-            "and it has no step figures (trainmon attach PID gives exact ones); 0 for a run with an agent",
-            labels=labels,
-        )
-        on_gpu = GaugeMetricFamily(
-            "trainmon_run_gpu",
-            "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)",
-            labels=[*labels, "gpu"],
-        )
-        verdict = GaugeMetricFamily(
-            "trainmon_run_verdict_info",
-            "1, labelled with the code and severity of the finding that heads this run now",
-            labels=[*labels, "code", "severity"],
-        )
+        step = _gauge(M.STEP_TIME, labels)
+        wait = _gauge(M.DATA_WAIT, labels)
+        sps = _gauge(M.SAMPLES_RATE, labels)
+        tps = _gauge(M.TOKENS_RATE, labels)
+        rate = _gauge(M.STEPS_RATE, labels)
+        steps = CounterMetricFamily(M.STEPS.name, M.STEPS.help, labels=labels)
+        drops = CounterMetricFamily(M.AGENT_DROPS.name, M.AGENT_DROPS.help, labels=labels)
+        up = _gauge(M.RUN_CONNECTED, labels)
+        sampled = _gauge(M.RUN_SAMPLED, labels)
+        on_gpu = _gauge(M.RUN_GPU, [*labels, "gpu"])
+        verdict = _gauge(M.RUN_VERDICT, [*labels, "code", "severity"])
         idents = self._identities()
         per_sample = self._tokens_per_sample()
         for r in snap.runs:
@@ -214,11 +194,9 @@ class MonitorCollector:
     def _verdict(self) -> Iterator[Any]:
         snap = self.monitor.last_snapshot
         v = snap.verdict if snap is not None else None
-        info = InfoMetricFamily("trainmon_verdict", "the headline verdict (its code and severity)", labels=["host"])
-        severity = GaugeMetricFamily(
-            "trainmon_verdict_severity", "the headline verdict's severity: 0 ok, 1 warning, 2 critical", labels=["host"]
-        )
-        state = StateSetMetricFamily("trainmon_verdict_code", "which verdict code holds now", labels=["host"])
+        info = InfoMetricFamily(M.VERDICT.name, M.VERDICT.help, labels=["host"])
+        severity = _gauge(M.VERDICT_SEVERITY, ["host"])
+        state = StateSetMetricFamily(M.VERDICT_CODE.name, M.VERDICT_CODE.help, labels=["host"])
         if v is not None:
             info.add_metric([self.host], {"code": v.code, "severity": v.severity})
             severity.add_metric([self.host], float(SEVERITIES.index(v.severity)))
@@ -229,6 +207,12 @@ class MonitorCollector:
 
 
 RUN_LABELS = ["host", "node", "job_id", "rank", "pid", "name"]
+
+
+def _gauge(metric: M.Metric, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(metric.name, metric.help, labels=labels)
+
+
 LIMITING_REASONS = [r for r in THROTTLE_REASONS if r.limiting]
 SW_POWER_CAP = next(r.bit for r in THROTTLE_REASONS if r.report == "sw_power_cap")
 

@@ -1,7 +1,8 @@
 """Stack dumps the monitor takes by itself when a critical verdict fires, kept as evidence.
 
-When a critical finding names a run, py-spy dumps that run's main process and one DataLoader worker (a hang:
-every worker, up to HANG_WORKERS), at most once per run and verdict code every ``cooldown_s``. The result goes
+When a critical finding names a run, py-spy dumps that run's main process and as many DataLoader workers as the
+verdict's registry entry says (``dump_workers``: one, or up to eight for a hang, passed in by the Monitor), at
+most once per run and verdict code every ``cooldown_s``. The result goes
 through the monitor's Ingest as the run's INFO ``{"stacks": ...}`` (format: ``trainmon.store.stacks``), so the
 store, the recording and every view get the same evidence.
 
@@ -32,7 +33,6 @@ from trainmon.store.store import Store
 log = logging.getLogger("trainmon.autodump")
 
 COOLDOWN_S = 300.0  # one dump per run and code in this long
-HANG_WORKERS = 8
 OTHER_NAMESPACE = "n/a (other pid namespace)"
 
 Emit = Callable[[int, float, dict[str, Any]], None]  # (run id, t, INFO message): the monitor's Ingest.info
@@ -52,11 +52,12 @@ class FindingLike(Protocol):
     def evidence(self) -> Mapping[str, Any]: ...
 
 
-def targets(run: Run, code: str) -> list[Target]:
-    """The processes to dump for ``code``: the main process, then one worker (every worker for a hang)."""
+def targets(run: Run, workers: int) -> list[Target]:
+    """The processes to dump: the main process, then up to ``workers`` of its workers (the verdict's
+    ``dump_workers`` in the diagnosis's registry: every worker for a hang, one otherwise)."""
     main = run.proc_pid
     out: list[Target] = [("main", main, True) if main is not None else ("main", run.agent_pid, False)]
-    limit = HANG_WORKERS if code == "stall.hang" else 1
+    limit = max(0, workers)
     mapped = run.worker_pids()[:limit]
     out += [("worker", pid, True) for pid in mapped]
     out += [("worker", pid, False) for pid in run.unmapped_worker_pids()[: limit - len(mapped)]]
@@ -85,8 +86,10 @@ class AutoDumper:
         dump: Callable[[int], StackDump] = pyspy_dump,
         cooldown_s: float = COOLDOWN_S,
         clock: Callable[[], float] = time.monotonic,
+        workers_for: Callable[[str], int] = lambda code: 1,
     ) -> None:
         self.emit = emit
+        self.workers_for = workers_for  # how many workers to dump with the main process, by verdict code
         self.dump = dump
         self.cooldown_s = cooldown_s
         self.clock = clock
@@ -115,7 +118,7 @@ class AutoDumper:
                 self._last[key] = t
                 with self._idle:
                     self._pending += 1
-                self._queue.put((run.id, f.code, targets(run, f.code)))
+                self._queue.put((run.id, f.code, targets(run, self.workers_for(f.code))))
                 queued += 1
         if queued:
             self._ensure_thread()

@@ -7,9 +7,10 @@ from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import HostWindow, RunWindow
+from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 
@@ -85,7 +86,9 @@ def _main_process(
     main_cpu = ev.main.cpu_pct
     cpu_bound = is_nan(main_cpu) or main_cpu >= th.worker_busy_pct
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
-    suggested = _advise(evidence, max(2, math.ceil(f / max(0.05, 1 - f))), cpu_bound, host.cores, th)
+    suggested = _advise(
+        evidence, max(2, math.ceil(f / max(th.advice_min_compute_share, 1 - f))), cpu_bound, host.cores, th
+    )
     return Finding(
         "input.main_process",
         severity,
@@ -145,7 +148,7 @@ def _io_finding(
     block_reads = (
         not is_nan(read)
         and read >= th.disk_read_mb_s
-        and (is_nan(rchar) or read >= 0.5 * rchar)
+        and (is_nan(rchar) or read >= th.io_block_read_share * rchar)
         and not is_nan(cpu)
         and cpu < th.worker_busy_pct
     )
@@ -154,7 +157,12 @@ def _io_finding(
     disk_bound = (
         block_reads
         or (not is_nan(d_state) and d_state >= th.io_d_state)
-        or (not is_nan(ev.disk_util_max) and ev.disk_util_max >= th.disk_busy_pct and not is_nan(read) and read > 0.5)
+        or (
+            not is_nan(ev.disk_util_max)
+            and ev.disk_util_max >= th.disk_busy_pct
+            and not is_nan(read)
+            and read > th.io_disk_read_mb_s
+        )
         or iowait_bound
     )
     if disk_bound:
@@ -182,7 +190,10 @@ def _io_finding(
             evidence,
         )
     remote = (
-        not is_nan(rchar) and rchar >= th.remote_rchar_mb_s and (is_nan(read) or read < 0.25 * rchar) and idle_workers
+        not is_nan(rchar)
+        and rchar >= th.remote_rchar_mb_s
+        and (is_nan(read) or read < th.io_remote_read_share * rchar)
+        and idle_workers
     )
     if remote:
         evidence["sub_cause"] = "remote"
@@ -228,7 +239,7 @@ def _cpu_finding(
         cpu_bound = True
     idle_cores = host.idle_cores  # this run's share of the idle usable cores
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
-    needed = math.ceil(n / max(0.05, 1 - w.wait_fraction))
+    needed = math.ceil(n / max(th.advice_min_compute_share, 1 - w.wait_fraction))
     if cpu_bound and not is_nan(idle_cores):
         needed = min(needed, n + max(1, int(idle_cores + 0.5)))
     suggested = _advise(evidence, max(needed, n + 1), cpu_bound, host.cores, th)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trainmon.diagnose.verdicts import verdict
 from trainmon.metrics import DISK, GPU, SeriesIndex
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
@@ -11,23 +12,6 @@ from trainmon.report.stacks import printed_dumps
 
 SEVERITY_COLOR = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828"}
 PALETTE = ["#1565c0", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#283593"]
-CODE_COLORS = {
-    "stall.hang": "#b71c1c",
-    "ok.compute_bound": "#2e7d32",
-    "insufficient_data": "#9e9e9e",
-    "stall.checkpoint": "#6a1b9a",
-    "stall.periodic": "#8e24aa",
-    "dist.straggler": "#00838f",
-    "dist.comm": "#0097a7",
-    "gpu.throttled": "#d84315",
-    "memory.host_pressure": "#4e342e",
-    "memory.gpu_pressure": "#4e342e",
-    "host.overhead": "#283593",
-    "host.sync": "#3949ab",
-    "gpu.small_work": "#e65100",
-    "gpu.no_tensor_cores": "#f57f17",
-}
-INPUT_COLOR = "#c62828"
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1000px;color:#212121}
@@ -42,7 +26,7 @@ svg{display:block;margin:4px 0} .muted{color:#757575} .legend span{margin-right:
 
 
 def _code_color(code: str) -> str:
-    return INPUT_COLOR if code.startswith("input.") else CODE_COLORS.get(code, "#616161")
+    return verdict(code).colour
 
 
 def _verdict_strip(timeline: list[TimelineEntry], duration: float) -> str:
