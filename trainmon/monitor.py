@@ -22,7 +22,7 @@ from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.verdicts import verdict as verdict_of
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.window import WindowMemo, run_window
 from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
@@ -140,6 +140,8 @@ class Monitor:
         self.source_cost_s: dict[str, float] = {}
         self._failed_sources: set[str] = set()
         self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
+        # Each run's latest window: the engine takes it each tick and run_statuses reads the same one back.
+        self.window_memo = WindowMemo()
         # py-spy stacks of a run's processes when a critical verdict first fires for it: evidence, via the Ingest.
         self.autodump = (
             AutoDumper(self.ingest.info, workers_for=lambda code: verdict_of(code).dump_workers)
@@ -268,7 +270,7 @@ class Monitor:
         values = self.sample_sources(t)
         self.ingest.sample(t, values)
         changes: list[Change] = []  # runs whose live window was cut at a change: the verdict may follow fast
-        self.findings = evaluate(self.store, t, self.thresholds, changes=changes)
+        self.findings = evaluate(self.store, t, self.thresholds, changes=changes, window_memo=self.window_memo)
         verdict = self.tracker.update(t, self.findings, changes)
         if self.procs is not None:
             self.procs.set_fast(states_matter(self.findings, verdict))
@@ -311,7 +313,13 @@ class Monitor:
         with self.store.lock:
             gpus = self.store.index().int_ids(GPU, "util")
             for run in self.store.runs.values():
-                w = run_window(run, t - self.thresholds.window_s, t, min_steps=self.thresholds.window_steps)
+                w = run_window(
+                    run,
+                    t - self.thresholds.window_s,
+                    t,
+                    min_steps=self.thresholds.window_steps,
+                    window_memo=self.window_memo,
+                )
                 wait = w.wait_fraction
                 if run.measured_by == "sampling":
                     wait = sampled_share(self.store, run.pid, t - self.thresholds.window_s, t)[0]

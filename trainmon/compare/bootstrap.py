@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from trainmon.diagnose.window import quantile
+from trainmon.diagnose.stats import quantile
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95

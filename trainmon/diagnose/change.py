@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, run_window
+from trainmon.diagnose.window import RunWindow, WindowMemo, run_window
 from trainmon.numbers import is_nan
 from trainmon.store.run import Run
 
@@ -233,10 +233,13 @@ def _median_step(b: _Blocks, a: int, z: int) -> float:
     return per_step[len(per_step) // 2] if per_step else math.nan
 
 
-def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWindow, Change | None]:
+def live_window(
+    run: Run, t0: float, t1: float, th: Thresholds, window_memo: WindowMemo | None = None
+) -> tuple[RunWindow, Change | None]:
     """The run's live window over [t0, t1] (at least ``window_steps`` steps), or, after a change inside it,
-    the window of the steps since the change (when there are at least ``min_steps`` of them)."""
-    w = run_window(run, t0, t1, min_steps=th.window_steps)
+    the window of the steps since the change (when there are at least ``min_steps`` of them). ``window_memo``: the
+    caller's memo of each run's window (the live window is memoised there, the cut ones are not)."""
+    w = run_window(run, t0, t1, min_steps=th.window_steps, window_memo=window_memo)
     key = (
         run.steps.total,
         len(run.checkpoints),
@@ -257,12 +260,15 @@ def live_window(run: Run, t0: float, t1: float, th: Thresholds) -> tuple[RunWind
     out: tuple[RunWindow, Change | None] = (w, None)
     if change is not None:
         # The steps that ended after the change began (the first of them is the first after it), no reach-back.
-        cut = run_window(run, math.nextafter(change.t, math.inf), t1, min_steps=0, memo=False)
+        cut = run_window(run, math.nextafter(change.t, math.inf), t1, min_steps=0, window_memo=window_memo, memo=False)
         if cut.steps >= th.min_steps:
             out = (cut, change)
         elif change.what == "loader" and (before := _loader_before(run, change.t)) is not None:
             # The new loader has fed too few steps to judge: until it has, the old one's steps say what holds.
-            out = (run_window(run, t0, change.t, min_steps=th.window_steps, loader=before, memo=False), None)
+            before_w = run_window(
+                run, t0, change.t, min_steps=th.window_steps, loader=before, window_memo=window_memo, memo=False
+            )
+            out = (before_w, None)
     _latest[run] = (key, out)
     return out
 

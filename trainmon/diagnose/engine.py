@@ -12,10 +12,11 @@ from trainmon.diagnose import advice, rules
 from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
+from trainmon.diagnose.host_window import host_window
 from trainmon.diagnose.rules.dist import comm_bound
 from trainmon.diagnose.rules.sampled import sampled_verdict
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, busiest_loader, host_window, run_window
+from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
@@ -38,12 +39,15 @@ def evaluate(
     *,
     since: float | None = None,
     changes: list[Change] | None = None,
+    window_memo: WindowMemo | None = None,
 ) -> list[Finding]:
     """All findings that hold at time ``t``, best-ranked first (pure: reads the store only).
 
     Live (``since`` None): each run's window is its last ``window_s``, or the steps since a change inside it
     (``trainmon.diagnose.change``), whose Change is appended to ``changes``. With ``since``: the steps and
-    samples of [since, t] exactly, the steps of the loader that fed most of them (a report's phase)."""
+    samples of [since, t] exactly, the steps of the loader that fed most of them (a report's phase).
+    ``window_memo``: the caller's memo of each run's live window (``window.WindowMemo``), for a caller that asks
+    every tick."""
     th = th or Thresholds()
     t0 = t - th.window_s if since is None else since
     findings: list[Finding] = []
@@ -69,7 +73,7 @@ def evaluate(
                 judged += 1
                 continue
             if since is None:
-                w, change = live_window(run, t0, t, th)
+                w, change = live_window(run, t0, t, th, window_memo)
                 if change is not None and changes is not None:
                     changes.append(change)
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainmon.diagnose.window import mean
+from trainmon.diagnose.stats import mean
 from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC, SW_POWER_CAP, mask_indices
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run

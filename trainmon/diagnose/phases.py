@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from trainmon.diagnose.evidence import run_gpus
-from trainmon.diagnose.window import mean
+from trainmon.diagnose.stats import mean
 from trainmon.metrics import DISK, GPU, PROC
 from trainmon.numbers import is_nan
 from trainmon.store.run import Run

@@ -1,43 +1,22 @@
-"""Figures over a time window: what every rule reads. Pure functions of the store."""
+"""A run's window: the figures of its steady steps over a time span, what every rule reads (``RunWindow``), taken
+by ``run_window``, a pure function of the run, memoised where the caller passes a ``WindowMemo``."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 import weakref
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmon.metrics import PROC
+from trainmon.diagnose.long_scan import long_candidates
+from trainmon.diagnose.rows import gather, sample_stride, segments_of
+from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.steps import Steps
-from trainmon.store.store import Store
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile of unsorted values (nan when empty)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def mean(values: Iterable[float]) -> float:
-    vals = known(values)
-    return sum(vals) / len(vals) if vals else math.nan
-
-
-LONG_MARGIN = 0.8  # a rescan keeps steps over 0.8× the limit, so a median that drops a little needs no rescan
-LONG_SLACK = 0.6  # ... and rescans once the limit has risen so far that candidates over 0.6× it would pile up
-MAX_DETAIL = 1024  # the step-time quantiles of a longer window come from an even sample of at most this many
 
 
 @dataclass
@@ -95,8 +74,8 @@ class RunWindow:
         i, j = max(0, first - offset), max(0, stop - offset)
         if mask is None:
             return [c[i:j:stride] for c in cols]
-        segments = _segments(mask[len(mask) - (j - i) :] if j > i else b"")
-        return [_pick(c, i, segments)[::stride] for c in cols]
+        segments = segments_of(mask[len(mask) - (j - i) :] if j > i else b"")
+        return [gather(c, i, segments)[::stride] for c in cols]
 
     def compute_p50_s(self) -> float:
         """Median over the steady steps (an even sample of at most MAX_DETAIL) of step − data wait −
@@ -107,12 +86,12 @@ class RunWindow:
         key = ("compute_p50", steps.total, len(steps), steps.edits)
         if (hit := self._memo.get("compute_p50")) is not None and hit[0] == key:
             return hit[1]
-        dur, wait, comm = self._steady((steps.dur, steps.wait, steps.comm), _stride(self.steps))
+        dur, wait, comm = self._steady((steps.dur, steps.wait, steps.comm), sample_stride(self.steps))
         own = list(map(operator.sub, map(operator.sub, dur, wait), comm))
         if own and math.isfinite(sum(own)):
             # Clamping at 0 keeps the order, so the median of the clamped values is that of the sorted ones clamped.
             own.sort()
-            value = _clamped_quantile(own, 0.5)
+            value = quantile(own, 0.5, ordered=True, floor=0.0)
         else:
             value = quantile([max(0.0, x) for x in own], 0.5)
         self._memo["compute_p50"] = (key, value)
@@ -127,7 +106,7 @@ class RunWindow:
         key = ("comm_share_p50", steps.total, len(steps), steps.edits)
         if (hit := self._memo.get("comm_share_p50")) is not None and hit[0] == key:
             return hit[1]
-        dur, comm = self._steady((steps.dur, steps.comm), _stride(self.steps))
+        dur, comm = self._steady((steps.dur, steps.comm), sample_stride(self.steps))
         if dur and math.isfinite(sum(dur)) and min(dur) > 0:
             value = quantile(list(map(operator.truediv, comm, dur)), 0.5)
         else:
@@ -270,6 +249,27 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
+class WindowMemo:
+    """The latest window asked of each run, for callers that ask for the same window every tick.
+
+    Whoever asks every tick owns one and passes it to ``run_window`` (and ``engine.evaluate``): the Monitor's is
+    shared by its engine and ``Monitor.run_statuses``, so the status line reads the window the engine took. A window
+    is the memoised one while its run has the same steps and checkpoints and the same window is asked for. Runs are
+    held weakly: a run the store forgets takes its latest window (and its step table) with it."""
+
+    def __init__(self) -> None:
+        self._latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], RunWindow]] = weakref.WeakKeyDictionary()
+
+    def get(self, run: Run, key: tuple[Any, ...]) -> RunWindow | None:
+        """The run's memoised window if it was taken under ``key``."""
+        hit = self._latest.get(run)
+        return hit[1] if hit is not None and hit[0] == key else None
+
+    def put(self, run: Run, key: tuple[Any, ...], w: RunWindow) -> None:
+        """Make ``w``, taken under ``key``, the run's memoised window."""
+        self._latest[run] = (key, w)
+
+
 def run_window(
     run: Run,
     t0: float,
@@ -278,23 +278,22 @@ def run_window(
     max_lookback_s: float = 120.0,
     *,
     loader: int | None = None,
+    window_memo: WindowMemo | None = None,
     memo: bool = True,
 ) -> RunWindow:
     """Steady-state steps that ended in [t0, t1]; reaches back further for at least ``min_steps``. The steps of
     ``loader`` (a loader id), by default those of the loader feeding the latest steps.
 
-    Memoised per run (steps so far, window): the engine and the status line ask for the same window
-    every tick (``memo=False`` for another window that should not displace it). Windows are read-only for
-    their users. The memo holds runs weakly, so a run the store forgets takes its latest window (and its step
-    table) with it.
+    With ``window_memo``: the run's window memoised there when it is this one (same steps so far, same window),
+    else computed and memoised (``memo=False`` for another window that should not displace it). Windows are
+    read-only for their users. Without ``window_memo``, computed afresh: a pure function of the run.
     """
     key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s, loader)
-    hit = _latest_window.get(run)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if window_memo is not None and (hit := window_memo.get(run, key)) is not None:
+        return hit
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s, loader)
-    if memo:
-        _latest_window[run] = (key, w)
+    if window_memo is not None and memo:
+        window_memo.put(run, key, w)
     return w
 
 
@@ -307,9 +306,6 @@ def busiest_loader(run: Run, t0: float, t1: float) -> int | None:
         if not warm:
             counts[lid] = counts.get(lid, 0) + 1
     return max(counts, key=lambda lid: counts[lid]) if counts else None
-
-
-_latest_window: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], RunWindow]] = weakref.WeakKeyDictionary()
 
 
 def _compute_window(
@@ -356,7 +352,7 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
         w.warm_steps = n - mask.count(1)
     offset = steps.total - len(steps)
     w._rows = (steps, i + offset, j + offset, mask)
-    segments = [(0, n)] if mask is None else _segments(mask)
+    segments = [(0, n)] if mask is None else segments_of(mask)
     m = sum(b - a for a, b in segments)
     w.steps = m
     if not m:
@@ -369,255 +365,25 @@ def _fill(w: RunWindow, steps: Steps, i: int, j: int, current: int) -> None:
     if in_comm and mask is None:  # from the table's block sums: the same float, without a pass over every row
         w.comm_s = steps.fsum("comm", i, j)
     elif in_comm:  # some step in the rows spent time in collectives (0 otherwise, as the sum of zeros is)
-        w.comm_s = math.fsum(_pick(steps.comm, i, segments))
+        w.comm_s = math.fsum(gather(steps.comm, i, segments))
     if measured and mask is None:
         w.exposed_s = steps.fsum("exposed", i, j, measured=True)
         w.exposed_wait_s = steps.fsum("exposed_wait", i, j)
         w.exposed_steps = measured
-    exposed = _pick(steps.exposed, i, segments) if measured and mask is not None else None
+    exposed = gather(steps.exposed, i, segments) if measured and mask is not None else None
     if exposed is not None and exposed.tobytes() != _NAN8 * m:  # a step has a measured exposed wait (CUDA)
         known_exposed = known(exposed)
         w.exposed_s = math.fsum(known_exposed)
-        w.exposed_wait_s = math.fsum(_pick(steps.exposed_wait, i, segments))
+        w.exposed_wait_s = math.fsum(gather(steps.exposed_wait, i, segments))
         w.exposed_steps = len(known_exposed)
-    stride = _stride(m)
+    stride = sample_stride(m)
     sample = array("d")
     for a, b in segments:  # strided straight off the table: a long window is never copied whole
         sample += steps.dur[i + a : i + b : stride]
     ordered = w.sorted_durations = sorted(sample)
-    w.step_p50_s = _sorted_quantile(ordered, 0.5)
-    w.step_p95_s = _sorted_quantile(ordered, 0.95)
+    w.step_p50_s = quantile(ordered, 0.5, ordered=True)
+    w.step_p95_s = quantile(ordered, 0.95, ordered=True)
 
 
 _NAN8 = array("d", [math.nan]).tobytes()
 _FLIP = bytes([1, 0]) + bytes(254)  # warm flag -> steady flag
-# Sampling strides are primes, so a loop that is slow every 10th, 50th or 100th step is sampled at every phase.
-_PRIMES = (
-    2,
-    3,
-    5,
-    7,
-    11,
-    13,
-    17,
-    19,
-    23,
-    29,
-    31,
-    37,
-    41,
-    43,
-    47,
-    53,
-    59,
-    61,
-    67,
-    71,
-    73,
-    79,
-    83,
-    89,
-    97,
-    101,
-    127,
-    151,
-    199,
-    251,
-    307,
-    401,
-    503,
-    601,
-    701,
-    809,
-    907,
-    1009,
-)
-
-
-def _stride(m: int) -> int:
-    need = -(-m // MAX_DETAIL)
-    if need <= 1:
-        return 1
-    return next((p for p in _PRIMES if p >= need), need)
-
-
-def long_candidates(steps: Steps, limit: float) -> list[tuple[int, float]]:
-    """(global index, duration) of every step in the table longer than a threshold at most ``limit``.
-
-    Kept on the table and extended with the steps added since the last call, so a window that slides
-    by a second looks at a second of new steps, not at all of them. Rescanned when the threshold is
-    too far below ``limit`` (candidates would pile up) or above it, or the table was cleared."""
-    offset = steps.total - len(steps)
-    cache = steps.scan
-    if cache is None or not (LONG_SLACK * limit <= cache[0] <= limit) or cache[1] > steps.total:
-        threshold, scanned, rows = LONG_MARGIN * limit, offset, []
-    else:
-        threshold, scanned, rows = cache
-        if rows and rows[0][0] < offset:  # trimmed off the table
-            rows = rows[bisect_left(rows, (offset, -math.inf)) :]
-    scanned = max(scanned, offset)
-    new = steps.dur[scanned - offset :]
-    if new and (max(new) > threshold or not math.isfinite(sum(new))):  # max() skips a nan only after the first
-        over = bytes(map(threshold.__lt__, new))
-        if over.count(1):
-            rows.extend(
-                zip(itertools.compress(range(scanned, steps.total), over), itertools.compress(new, over), strict=True)
-            )
-    steps.scan = (threshold, steps.total, rows)
-    return rows
-
-
-def _segments(mask: bytes) -> list[tuple[int, int]]:
-    """The runs of ones in a 0/1 byte mask as [start, stop) pairs (warm-up and loader switches are rare,
-    so a window's steady steps are a few long runs)."""
-    out = []
-    pos, n = 0, len(mask)
-    while pos < n:
-        a = mask.find(1, pos)
-        if a < 0:
-            break
-        b = mask.find(0, a)
-        b = n if b < 0 else b
-        out.append((a, b))
-        pos = b
-    return out
-
-
-def _pick(col: array[float], base: int, segments: list[tuple[int, int]]) -> array[float]:
-    if len(segments) == 1:
-        a, b = segments[0]
-        return col[base + a : base + b]
-    out: array[float] = array(col.typecode)
-    for a, b in segments:
-        out += col[base + a : base + b]
-    return out
-
-
-def _clamped_quantile(ordered: list[float], q: float) -> float:
-    """``_sorted_quantile`` of the sorted values each raised to at least 0 (as max(0.0, x) raises them)."""
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    a, b = max(0.0, ordered[lo]), max(0.0, ordered[hi])
-    return a + (b - a) * (pos - lo)
-
-
-def _sorted_quantile(ordered: list[float], q: float) -> float:
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-@dataclass
-class HostWindow:
-    cpu_busy: float = math.nan  # % of the usable cores busy (the host's busy % where nothing limits them)
-    cpu_iowait: float = math.nan  # host-wide iowait, % of all logical CPUs
-    cores: int = 1  # usable cores, whole (at least 1): min(CPU affinity, cgroup CPU quota)
-    mem_used_pct_max: float = math.nan
-    swap_used_mb_max: float = math.nan
-    swap_growth_mb: float = math.nan
-    host_cores: int = 0  # the host's logical CPUs (0: not recorded)
-    cores_usable: float = math.nan  # usable cores as measured (a quota may give 2.5)
-    cores_source: str = "host"  # what limits them: host, affinity, cgroup v2 cpu.max, cgroup v1 cpu.cfs_quota_us
-    cores_of: str = "host"  # whose limits those are: the run's main process ("run"), the monitor's, or the host's
-    sharing_runs: int = 1  # runs on this host drawing on the same cores in the window: they share the idle ones
-    host_cpu_busy: float = math.nan  # busy % of all the host's CPUs (cpu_busy is of the usable ones)
-
-    @property
-    def iowait_cores(self) -> float:
-        """Host iowait as a number of CPUs: each task blocked on I/O holds at most one idle CPU in iowait."""
-        return self.cpu_iowait / 100 * (self.host_cores or self.cores)
-
-    @property
-    def idle_cores(self) -> float:
-        """This run's share of the idle usable cores (ranks on one host share one budget)."""
-        if is_nan(self.cpu_busy):
-            return math.nan
-        usable = self.cores if is_nan(self.cores_usable) else self.cores_usable
-        return max(0.0, usable * (1 - self.cpu_busy / 100)) / max(1, self.sharing_runs)
-
-    def cores_evidence(self) -> dict[str, Any]:
-        """Where the usable cores come from, for a finding's evidence."""
-        return {
-            "cores_usable": round(self.cores_usable, 2) if not is_nan(self.cores_usable) else None,
-            "cores_source": self.cores_source,
-            "cores_of": self.cores_of,
-            "host_cores": self.host_cores or None,
-            "host_cpu_busy_all_pct": round(self.host_cpu_busy, 1) if not is_nan(self.host_cpu_busy) else None,
-            "cores_shared_by_runs": self.sharing_runs,
-            "idle_cores_share": round(self.idle_cores, 2) if not is_nan(self.idle_cores) else None,
-        }
-
-
-def host_window(store: Store, t0: float, t1: float, run: Run | None = None) -> HostWindow:
-    """Host figures over [t0, t1]. With ``run``: its usable cores (its main process's CPU affinity and cgroup
-    quota, else the monitor's own), the busy share of those cores, and how many runs on this host share them."""
-    h = HostWindow()
-    h.cpu_busy = mean(store.values_between("cpu.busy", t0, t1))
-    h.cpu_iowait = mean(store.values_between("cpu.iowait", t0, t1))
-    cores = store.latest("cpu.cores")
-    h.host_cores = int(cores) if cores and not is_nan(cores) else 0
-    h.cores = h.host_cores or 1
-    h.host_cpu_busy = h.cpu_busy
-    _usable_cores(h, store, t0, t1, run)
-    if run is not None:
-        h.sharing_runs = _sharing_runs(store, run, t0, t1)
-    mem = known(store.values_between("mem.used_pct", t0, t1))
-    h.mem_used_pct_max = max(mem) if mem else math.nan
-    swap = known(store.values_between("swap.used_mb", t0, t1))
-    if swap:
-        h.swap_used_mb_max = max(swap)
-        h.swap_growth_mb = swap[-1] - swap[0]
-    return h
-
-
-def _last(store: Store, key: str, t0: float, t1: float) -> float:
-    vals = known(store.values_between(key, t0, t1))
-    return vals[-1] if vals else math.nan
-
-
-def _usable_cores(h: HostWindow, store: Store, t0: float, t1: float, run: Run | None) -> None:
-    pid = run.proc_pid if run is not None else None
-    names = {f: PROC.key(pid, "cpu_" + f) for f in _BUDGET} if pid is not None else {}
-    if pid is None or is_nan(_last(store, names["usable"], t0, t1)):
-        names, h.cores_of = {f: "cpu." + f for f in _BUDGET}, "monitor"
-    usable = _last(store, names["usable"], t0, t1)
-    if is_nan(usable):
-        h.cores_of = "host"
-        return
-    if h.cores_of != "monitor":
-        h.cores_of = "run"
-    h.cores_usable = usable
-    affinity = _last(store, names["affinity"], t0, t1)
-    quotas = [(q, v) for v in (2, 1) if not is_nan(q := _last(store, names[f"quota_v{v}"], t0, t1))]
-    if quotas and min(quotas)[0] < (affinity if not is_nan(affinity) else math.inf):
-        h.cores_source = "cgroup v2 cpu.max" if min(quotas)[1] == 2 else "cgroup v1 cpu.cfs_quota_us"
-    elif not is_nan(affinity) and h.host_cores and affinity < h.host_cores:
-        h.cores_source = "affinity"
-    if h.cores_source == "host":
-        return  # nothing limits the run: the host's figures as they are
-    h.cores = max(1, int(usable + 1e-9))
-    busy = mean(store.values_between(names["usable_busy"], t0, t1))
-    if not is_nan(busy):
-        h.cpu_busy = busy
-
-
-_BUDGET = ("usable", "affinity", "quota_v2", "quota_v1", "usable_busy", "budget_id")
-
-
-def _sharing_runs(store: Store, run: Run, t0: float, t1: float) -> int:
-    """Runs of this host in [t0, t1] whose main processes draw on the same cores as ``run``'s (itself included)."""
-
-    def budget(r: Run) -> float:
-        return math.nan if r.proc_pid is None else _last(store, PROC.key(r.proc_pid, "cpu_budget_id"), t0, t1)
-
-    mine = budget(run)
-    n = 0
-    for other in store.runs.values():
-        if other.host != run.host or other.first_seen > t1 or other.last_seen < t0:
-            continue
-        theirs = budget(other)
-        if other is run or is_nan(mine) or is_nan(theirs) or theirs == mine:
-            n += 1
-    return max(1, n)

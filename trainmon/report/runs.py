@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from trainmon.diagnose.rules.sampled import sampled_share
-from trainmon.diagnose.window import quantile
+from trainmon.diagnose.stats import quantile
 from trainmon.numbers import rounded
 from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, RunSummary
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample

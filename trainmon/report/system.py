@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from trainmon.diagnose.window import quantile
+from trainmon.diagnose.stats import quantile
 from trainmon.metrics import DISK, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.report.schema import (

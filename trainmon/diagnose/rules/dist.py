@@ -14,8 +14,9 @@ from bisect import bisect_left
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.stats import quantile
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, quantile
+from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
 
 

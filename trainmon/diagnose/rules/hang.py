@@ -15,8 +15,8 @@ from bisect import bisect_right
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.stats import mean, quantile
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import mean, quantile
 from trainmon.metrics import PROC
 from trainmon.numbers import rounded
 from trainmon.store.run import Run

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.input import host_to_device
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import HostWindow, RunWindow
+from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 

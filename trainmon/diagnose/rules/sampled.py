@@ -11,9 +11,10 @@ import math
 
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.input import input_bound
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import HostWindow, RunWindow
+from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import PROC, PYSPY
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.store.run import Run
