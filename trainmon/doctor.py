@@ -1,4 +1,5 @@
-"""`trainmon doctor`: what works on this machine (NVML, py-spy and ptrace, socket directory, torch) and why not.
+"""`trainmon doctor`: what works on this machine (NVML, py-spy and ptrace, the attach injector, socket directory,
+torch) and why not.
 
 Every check is one or more rows ``(check, status, detail)`` with status ``ok``, ``warn`` or ``fail``. Checks never
 raise and never change the system (the socket directory is inspected, not created). Textual is located, not
@@ -174,6 +175,32 @@ def check_ptrace() -> list[Row]:
     return [("ptrace", OK if ok else WARN, why)]
 
 
+def check_injector() -> list[Row]:
+    """What ``trainmon attach`` injects with: ``sys.remote_exec`` (3.14+ targets of this Python's version) and gdb
+    (any other CPython 3.10+ target, x86-64), and whether ptrace lets it in."""
+    from trainmon.attach import gdb
+    from trainmon.attach import ptrace as attach_ptrace
+
+    remote = getattr(sys, "remote_exec", None) is not None
+    same = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
+    binary = gdb.find_gdb()
+    ptrace_ok, ptrace_why = attach_ptrace.status()
+    ptrace_txt = f"ptrace: {ptrace_why}"
+    machine = platform.machine().lower()
+    if binary is None:
+        if remote:
+            return [("injector", WARN, f"sys.remote_exec for {same} targets only; {gdb.NOT_FOUND}; {ptrace_txt}")]
+        return [("injector", WARN, f"`trainmon attach` is off: {gdb.NOT_FOUND}; {ptrace_txt}")]
+    version = gdb.gdb_version(binary) or "version unknown"
+    head = f"gdb {version} ({binary})"
+    if remote:
+        head = f"sys.remote_exec for {same} targets, {head} for the others"
+    if machine not in ("x86_64", "amd64"):
+        detail = f"{head}: the gdb injector supports x86-64 only, not {machine}; {ptrace_txt}"
+        return [("injector", WARN if not remote else OK, detail)]
+    return [("injector", OK if ptrace_ok else WARN, f"{head}; {ptrace_txt}")]
+
+
 # ---------------------------------------------------------------- socket directory and listening monitor
 
 
@@ -252,7 +279,17 @@ def check_socket() -> list[Row]:
 
 def _checks() -> tuple[Callable[[], list[Row]], ...]:
     # Resolved at call time, so a test can replace one check (e.g. skip the slow torch import).
-    return (check_python, check_psutil, check_textual, check_torch, check_nvml, check_pyspy, check_ptrace, check_socket)
+    return (
+        check_python,
+        check_psutil,
+        check_textual,
+        check_torch,
+        check_nvml,
+        check_pyspy,
+        check_ptrace,
+        check_injector,
+        check_socket,
+    )
 
 
 def _run_check(check: Callable[[], list[Row]]) -> list[Row]:

@@ -9,6 +9,7 @@ import sys
 
 from trainmon import __version__
 from trainmon.cli.command import Command
+from trainmon.cli.commands.attach import Attach
 from trainmon.cli.commands.cluster import Cluster
 from trainmon.cli.commands.demo import Demo
 from trainmon.cli.commands.diff import Diff
@@ -24,7 +25,18 @@ from trainmon.cli.options import Subcommands, monitor_options
 
 DEFAULT_COMMAND: Command = Live()  # ``trainmon`` with no command name
 # --help order
-COMMANDS: tuple[Command, ...] = (Demo(), Run(), Record(), Doctor(), Report(), Diff(), Cluster(), Serve(), Replay())
+COMMANDS: tuple[Command, ...] = (
+    Demo(),
+    Run(),
+    Attach(),
+    Record(),
+    Doctor(),
+    Report(),
+    Diff(),
+    Cluster(),
+    Serve(),
+    Replay(),
+)
 _BY_NAME = {command.name: command for command in COMMANDS}
 
 

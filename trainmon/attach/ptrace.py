@@ -1,0 +1,92 @@
+"""ptrace permissions in words: the facts (Yama, CAP_SYS_PTRACE, owner) and the fix, the way py-spy's are told.
+
+The same checks and fix text as ``trainmon.sources.pyspy`` (which this package cannot import: it needs psutil, and
+the injector is standard library only); a test keeps ``PTRACE_FIX`` equal to that module's.
+"""
+
+from __future__ import annotations
+
+import os
+
+CAP_SYS_PTRACE = 19
+PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+PTRACE_FIX = (
+    "fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
+    "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
+    "securityContext.capabilities.add: [SYS_PTRACE]"
+)
+
+
+def read_ptrace_scope() -> int | None:
+    """Yama's ptrace_scope, or None where Yama is absent (no restriction beyond same-user)."""
+    try:
+        with open(PTRACE_SCOPE_PATH) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace() -> bool | None:
+    """CAP_SYS_PTRACE in this process's effective set; None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def dumpable(pid: int) -> bool | None:
+    """Whether ``pid`` is dumpable (a same-user tracer without CAP_SYS_PTRACE needs it); None: cannot tell.
+
+    The kernel makes a non-dumpable process's /proc/PID files root's: owned by root while the process is not root.
+    """
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+        with open(f"/proc/{pid}/status") as f:
+            uids = next((line.split()[1:] for line in f if line.startswith("Uid:")), [])
+        euid = int(uids[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return not (owner == 0 and euid != 0)
+
+
+def status(cap: bool | None = None) -> tuple[bool, str]:
+    """Whether this process can likely ptrace a same-user process, and why (one line, for ``trainmon doctor``)."""
+    scope = read_ptrace_scope()
+    cap = has_cap_sys_ptrace() if cap is None else cap
+    scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
+    cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
+    where = f"{scope_txt}, {cap_txt}"
+    if scope == 3:
+        return False, f"{where}: ptrace is disabled until reboot"
+    if cap:
+        return True, f"{where}: ptrace allowed to any process"
+    if scope in (None, 0):
+        return True, f"{where}: ptrace allowed to processes of the same user"
+    if scope == 1:
+        return False, f"{where}: only descendants may be traced, which a running training is not"
+    return False, f"{where}: only CAP_SYS_PTRACE may trace"
+
+
+def permission_message(pid: int) -> str:
+    """One line: why the kernel refused to let gdb attach to ``pid``, and the fix."""
+    scope = read_ptrace_scope()
+    cap = has_cap_sys_ptrace()
+    facts = [
+        f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
+        {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap],
+    ]
+    if dumpable(pid) is False:
+        facts.append("the process is not dumpable (prctl PR_SET_DUMPABLE 0, or a setuid/capability program)")
+    if scope == 3:
+        why = "ptrace is disabled until reboot"
+    elif cap:
+        why = "an LSM (AppArmor/SELinux), seccomp or a sandbox blocks it"
+    elif scope in (1, 2):
+        why = "Yama allows only descendants" if scope == 1 else "Yama allows only CAP_SYS_PTRACE"
+    else:
+        why = "the process is not dumpable or belongs to another user"
+    return f"cannot attach to pid {pid}: ptrace permission denied, {why} ({', '.join(facts)}); {PTRACE_FIX}"
