@@ -15,7 +15,7 @@ from testsupport.stores import uniform_store, worker_figs
 from trainmon import protocol as P
 from trainmon.diagnose import evaluate
 from trainmon.diagnose.advice import KNOBS, LOADER_KNOBS, knob_text, localise
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.store.store import Store
 
 BARE = re.compile(r"(?<![\w.])(" + "|".join(LOADER_KNOBS) + r")\b")
@@ -90,7 +90,13 @@ def test_pinned_memory_advice_per_framework():
         "input.host_to_device",
         "critical",
         "the GPU is 30% busy while 5000 MB/s cross PCIe from pageable memory (pin_memory=False)",
-        ["set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)", "move less per step"],
+        advice_items=[
+            AdviceItem(
+                "set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
+                {"pin_memory": True, "non_blocking": True},
+            ),
+            AdviceItem("move less per step"),
+        ],
     )
     hf = localise(f, "transformers").advice[0]
     assert "TrainingArguments(dataloader_pin_memory=True)" in hf and '"non_blocking": True' in hf

@@ -1,12 +1,15 @@
 """Advice in the words of the framework that drives the loop.
 
-The rules write their advice for a plain PyTorch loop: ``DataLoader(num_workers=4)``, ``persistent_workers=True``,
-``pin_memory=True``, ``prefetch_factor``, a copy ``.to(device, non_blocking=True)``. A ``transformers.Trainer`` user
-sets none of these on a DataLoader: the Trainer builds it from ``TrainingArguments(dataloader_num_workers=...)``.
-A Lightning user sets them on the DataLoader their ``train_dataloader()`` returns; an accelerate user on the
-DataLoader they pass to ``accelerator.prepare``. ``localise`` rewrites each of those knobs in a finding's advice
-(and its summary) into the run's framework's own (see ``KNOBS``); plain PyTorch keeps the rules' text. Every
-rewrite is idempotent, so a finding that quotes another's advice (``dist.straggler``) can be localised again.
+The rules write their advice as items (``findings.AdviceItem``): the knobs they set, and a sentence for a plain
+PyTorch loop: ``DataLoader(num_workers=4)``, ``persistent_workers=True``, ``pin_memory=True``, ``prefetch_factor``, a
+copy ``.to(device, non_blocking=True)``. A ``transformers.Trainer`` user sets none of these on a DataLoader: the
+Trainer builds it from ``TrainingArguments(dataloader_num_workers=...)``. A Lightning user sets them on the
+DataLoader their ``train_dataloader()`` returns; an accelerate user on the DataLoader they pass to
+``accelerator.prepare``. ``localise`` renders each item that sets one of those knobs in the run's framework's own
+terms, from the table ``KNOBS`` keyed by knob (the item says which knobs it sets: no phrase is matched to find
+them); plain PyTorch keeps the rules' text. Every rendering is idempotent, so a finding that quotes another's advice
+(``dist.straggler``) can be localised again. ``fit_to_loader`` drops the items that advise what the run's loader
+already has.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import AdviceItem, Finding
 
 LOADER_KNOBS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 # A DataLoader setting named on its own (not already prefixed, not an attribute, not part of a longer name).
@@ -74,8 +77,9 @@ EXTRA: dict[tuple[str, str], str] = {
 
 def knob_text(framework: str, knob: str, value: str) -> str:
     """How ``framework``'s user sets DataLoader setting ``knob`` to ``value`` (the README's table)."""
-    k = KNOBS[framework]
-    return advice_line(f"DataLoader({knob}={value})", framework) if knob in LOADER_KNOBS else k.copy.strip()
+    if knob not in LOADER_KNOBS:
+        return KNOBS[framework].copy.strip()
+    return render(AdviceItem(f"DataLoader({knob}={value})", {knob: value}), framework).text
 
 
 def localise(finding: Finding, framework: str | None, version: str | None = None) -> Finding:
@@ -83,29 +87,55 @@ def localise(finding: Finding, framework: str | None, version: str | None = None
     (``framework``, ``framework_version``); unchanged for plain PyTorch."""
     if framework not in KNOBS:
         return finding
-    advice = [advice_line(text, framework) for text in finding.advice]
+    items = [render(item, framework) for item in finding.advice_items]
     extra = EXTRA.get((framework, finding.code))
-    if extra and extra not in advice:
-        advice.append(extra)
+    if extra and extra not in [item.text for item in items]:
+        items.append(AdviceItem(extra))
     evidence = finding.evidence
     if evidence.get("framework") != framework:
         evidence = {**evidence, "framework": framework}
         if version:
             evidence["framework_version"] = version
-    return replace(finding, advice=advice, summary=_rename(finding.summary, KNOBS[framework]), evidence=evidence)
+    out = replace(finding, summary=_rename(finding.summary, KNOBS[framework]), evidence=evidence)
+    out.set_advice(items)
+    return out
 
 
-def advice_line(text: str, framework: str) -> str:
-    """One line of advice in ``framework``'s knobs, with where they are set when the line names one."""
+def render(item: AdviceItem, framework: str) -> AdviceItem:
+    """``item`` in ``framework``'s knobs: the loader settings it sets renamed (and where they are set added), the
+    host→device copy in the framework's words."""
     k = KNOBS[framework]
-    out = _COPY.sub(k.copy, text).replace("DataLoader(", k.constructor + "(")
-    out = _rename(out, k)
-    if _KNOB.search(text) or "DataLoader(" in text:
-        placed, where = k.placed, k.where
-        if framework == "lightning" and "validation" in out:
-            placed, where = "val_dataloader()", _LIGHTNING_BOTH
-        if placed not in out:
-            out += where
+    knobs = [knob for knob in item.knobs if knob in LOADER_KNOBS]
+    text = item.text
+    if "non_blocking" in item.settings:
+        text = _COPY.sub(k.copy, text)
+    if not knobs:
+        return replace(item, text=text)
+    text = text.replace("DataLoader(", k.constructor + "(")
+    if k.prefix:
+        text = re.sub(r"(?<![\w.])(" + "|".join(knobs) + r")\b", k.prefix + r"\1", text)
+    placed, where = k.placed, k.where
+    if framework == "lightning" and "validation" in text:
+        placed, where = "val_dataloader()", _LIGHTNING_BOTH
+    if placed not in text:
+        text += where
+    return replace(item, text=text)
+
+
+def fit_to_loader(finding: Finding, config: dict[str, Any]) -> Finding:
+    """``finding`` without the advice that recommends what the loader (``config``) already has; what was left out,
+    and why, goes to its evidence (``advice_dropped``)."""
+    keep, dropped = [], []
+    for item in finding.advice_items:
+        why = item.holds_in(config)
+        if why is None:
+            keep.append(item)
+        else:
+            dropped.append({"text": item.text, "why": why})
+    if not dropped:
+        return finding
+    out = replace(finding, evidence={**finding.evidence, "advice_dropped": dropped})
+    out.set_advice(keep)
     return out
 
 

@@ -15,19 +15,91 @@ PRIORITY = {code: i for i, code in enumerate(CODES)}
 IMMEDIATE = frozenset(v.code for v in VERDICTS if v.immediate)  # shown as soon as they hold
 
 
+# Advice values that name a direction, not a value: never "already set".
+HIGHER = "higher"
+LOWER = "lower"
+
+
+@dataclass(frozen=True)
+class AdviceItem:
+    """One piece of advice as data: what to set (``settings``: knob → value, e.g. ``{"num_workers": 2}``;
+    ``HIGHER``/``LOWER`` for a direction), why, and the sentence a plain PyTorch loop's user reads (``text``).
+    Knobs are the DataLoader's settings, ``non_blocking`` (the host→device copy), or ``env:NAME`` for an environment
+    variable; an item without settings is a change to the code or the set-up. ``at_least`` names the knobs whose
+    value is a minimum (``prefetch_factor≥2``); ``names`` the knobs it mentions without advising a value."""
+
+    text: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+    at_least: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # knobs the sentence names without advising a new value ("do not raise ...")
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """Every knob the sentence names: those it sets, then those it only mentions."""
+        return (*self.settings, *self.names)
+
+    @property
+    def kind(self) -> str:
+        """ "setting", "env" (an environment variable) or "code" (no single knob: a change to code or set-up)."""
+        if not self.settings:
+            return "code"
+        return "env" if all(k.startswith("env:") for k in self.settings) else "setting"
+
+    def holds_in(self, config: dict[str, Any]) -> str | None:
+        """Why this item advises nothing new for a loader configured as ``config`` (every setting it advises is
+        already there), else None."""
+        if not self.settings:
+            return None
+        for knob, value in self.settings.items():
+            have = config.get(knob)
+            if value in (HIGHER, LOWER) or have is None or isinstance(have, bool) != isinstance(value, bool):
+                return None
+            if not (have >= value if knob in self.at_least else have == value):
+                return None
+        return "already set: " + ", ".join(f"{k}={config[k]!r}" for k in self.settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        knob, value = next(iter(self.settings.items()), (None, None))
+        return {
+            "kind": self.kind,
+            "knob": knob,
+            "value": value,
+            "settings": dict(self.settings),
+            "why": self.why,
+            "text": self.text,
+        }
+
+
 @dataclass
 class Finding:
+    """One cause that holds: its code and severity, a one-line summary with numbers, the evidence it used and the
+    advice. ``advice`` (sentences) and ``advice_items`` (the same advice as data) always agree: a rule gives either
+    (sentences become items of kind "code"); ``set_advice`` replaces both."""
+
     code: str
     severity: str
     summary: str
     advice: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    advice_items: list[AdviceItem] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.code not in CODES:
             raise ValueError(f"unknown verdict code {self.code!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")
+        if self.advice_items and not self.advice:
+            self.advice = [item.text for item in self.advice_items]
+        elif self.advice and not self.advice_items:
+            self.advice_items = [AdviceItem(text) for text in self.advice]
+
+    def set_advice(self, items: list[AdviceItem]) -> None:
+        self.advice_items = list(items)
+        self.advice = [item.text for item in items]
+
+    def add_advice(self, item: AdviceItem) -> None:
+        self.set_advice([*self.advice_items, item])
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -35,7 +107,9 @@ class Finding:
         return (-SEVERITIES.index(self.severity), PRIORITY[self.code])
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["advice_items"] = [item.to_dict() for item in self.advice_items]
+        return out
 
 
 def headline(findings: list[Finding]) -> Finding | None:

@@ -136,6 +136,9 @@ class FindingDict(TypedDict):
     severity: str
     summary: str
     advice: list[str]
+    # The same advice as data, item for item: kind ("setting", "env", "code"), knob and value (the first setting),
+    # every setting, why, and the sentence. Advice recommending what the run already has is left out.
+    advice_items: list[dict[str, Any]]
     evidence: dict[str, Any]
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline
 from trainmon.diagnose.phases import bin_width, features, segment, steady_span
-from trainmon.diagnose.rules import Thresholds, hang, hang_episodes
+from trainmon.diagnose.rules import RuleContext, Thresholds, hang_episodes
+from trainmon.diagnose.rules.hang import hang
 from trainmon.report.schema import HeldFinding, TimelineEntry
 from trainmon.store.store import Store
 
@@ -58,6 +59,7 @@ def finding_dict(f: Finding, held_s: float) -> HeldFinding:
         "severity": f.severity,
         "summary": f.summary,
         "advice": list(f.advice),
+        "advice_items": [item.to_dict() for item in f.advice_items],
         "evidence": dict(f.evidence),
         "held_s": round(held_s, 1),
     }
@@ -135,7 +137,7 @@ def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[
     with store.lock:
         for run in store.runs.values():
             for a, b in hang_episodes(run, first, end, th):
-                f = hang(store, run, b - 1e-6, th)
+                f = hang(RuleContext(store, th, b - 1e-6, run=run))
                 if f is not None:
                     out.append(Phase(a, b, [f]))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
 
@@ -30,7 +30,8 @@ def base_evidence(w: RunWindow) -> dict[str, Any]:
     return evidence
 
 
-def insufficient(w: RunWindow, th: Thresholds) -> Finding | None:
+def insufficient(ctx: RuleContext) -> Finding | None:
+    w, th = ctx.w, ctx.th
     if w.steps >= th.min_steps:
         return None
     return Finding(

@@ -13,9 +13,9 @@ import math
 from bisect import bisect_left
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import quantile
-from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
 
@@ -97,10 +97,16 @@ def _per_rank(windows: list[RunWindow], scores: dict[int, tuple[float, float]]) 
     }
 
 
-def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], th: Thresholds) -> Finding | None:
+INPUT_SUB_CAUSES = ("input.main_process", "input.io", "input.workers_cpu", "input.too_few_workers")
+
+
+def straggler(ctx: RuleContext) -> Finding | None:
     """Ranks of one job: the rank whose data wait is out of line (a data straggler), else the rank whose own
     work per step scores under ``straggler_score`` (a compute straggler), else, for ranks that do not
-    synchronise, the rank whose step time is out of line."""
+    synchronise, the rank whose step time is out of line. Its own input finding, if any, is its sub-cause."""
+    windows, th = ctx.job, ctx.th
+    if len(windows) < 2:
+        return None
     ranked = [w for w in windows if w.steps >= th.min_steps]
     if len(ranked) < 2:
         return None
@@ -126,7 +132,8 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
                 return None
             kind, gap = "step", ratio - 1
         others = [w for w in ranked if w is not slow]
-    sub = sub_causes.get(id(slow)) if kind != "compute" else None  # its own work, not its input, is the cause
+    own = ctx.run_findings.get(slow.run.id, []) if kind != "compute" else []  # its own work is the cause
+    sub = next((f for f in own if f.code in INPUT_SUB_CAUSES), None)
     sub_code = sub.code if sub is not None and sub.code.startswith("input.") else None
     who = slow.run.label
     peers = ", ".join(w.run.label for w in others)
@@ -151,19 +158,24 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
             summary += f", and {peers} {verb} {comm:.0%} of each step in collectives for it"
     else:
         summary = f"{who} is the straggler: its steps take {gap + 1:.2f}× those of {peers}"
-    advice = [f"fix {who} first: every other rank waits for it at each synchronisation"]
+    advice = [AdviceItem(f"fix {who} first: every other rank waits for it at each synchronisation")]
     if sub is not None and sub.code.startswith("input."):
-        advice += sub.advice
+        advice += sub.advice_items
     elif kind == "compute":
         advice += [
-            f"check {who}'s accelerator: clocks and throttling (power, temperature), ECC errors, other processes "
-            "sharing it; on a CPU job, its cores' load and frequency",
-            f"check {who}'s share of the work: uneven batch or sequence lengths (bucket by length, pad evenly), "
-            "extra work on that rank only (logging, evaluation, checkpointing done by one rank in the step)",
-            f"if {who}'s hardware is slower, move the job off it (exclude the node) or give it a smaller share",
+            AdviceItem(text)
+            for text in (
+                f"check {who}'s accelerator: clocks and throttling (power, temperature), ECC errors, other processes "
+                "sharing it; on a CPU job, its cores' load and frequency",
+                f"check {who}'s share of the work: uneven batch or sequence lengths (bucket by length, pad evenly), "
+                "extra work on that rank only (logging, evaluation, checkpointing done by one rank in the step)",
+                f"if {who}'s hardware is slower, move the job off it (exclude the node) or give it a smaller share",
+            )
         ]
     else:
-        advice.append(f"compare {who}'s host (CPU, disk, GPU clocks) with the others'; rebalance its data shard")
+        advice.append(
+            AdviceItem(f"compare {who}'s host (CPU, disk, GPU clocks) with the others'; rebalance its data shard")
+        )
     evidence: dict[str, Any] = {
         "rank": slow.run.rank,
         "run": who,
@@ -175,17 +187,18 @@ def straggler(windows: list[RunWindow], sub_causes: dict[int, Finding | None], t
     if kind == "compute":
         evidence["score"] = round(scores[id(slow)][1], 4)
         evidence["score_threshold"] = th.straggler_score
-    return Finding("dist.straggler", "critical" if gap >= 0.2 else "warning", summary, advice, evidence)
+    return Finding("dist.straggler", "critical" if gap >= 0.2 else "warning", summary, [], evidence, advice)
 
 
-def comm_bound(windows: list[RunWindow], th: Thresholds, straggler_found: bool) -> Finding | None:
+def comm_bound(ctx: RuleContext) -> Finding | None:
     """Ranks of one job whose steps are blocked in collectives for a material share, no straggler explaining it.
 
     The share judged is ``transfer_share``: at each step the least among the ranks (the last to arrive hardly
     waits), then the median over the steps, so neither a slower rank nor a few steps held up by a preempted
     peer count as the cost of communicating.
     """
-    if straggler_found:
+    windows, th = ctx.job, ctx.th
+    if any(f.code == "dist.straggler" for f in ctx.found):
         return None
     ranked = [w for w in windows if w.steps >= th.min_steps and not is_nan(w.comm_fraction)]
     if not ranked:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
@@ -15,11 +15,12 @@ from trainmon.numbers import is_nan, rounded
 FRESH_INTERPRETER = ("spawn", "forkserver")
 
 
-def epoch_restart(w: RunWindow, th: Thresholds, t: float, since: float | None = None) -> Finding | None:
+def epoch_restart(ctx: RuleContext) -> Finding | None:
     """Worker restarts' cost (start-up and first batches beyond a normal wait, see ``store.restarts``) as a share
     of wall time: over the live window (a report's phase: [since, t]) when it holds two restarts or more, else
     over the run so far, so a restart every few seconds shows at once and one every ten minutes is weighed
     against the whole run."""
+    w, th, t, since = ctx.w, ctx.th, ctx.t, ctx.since
     run = w.run
     restarts = run.restarts
     count_run, cost_run = restarts.until(t)
@@ -45,18 +46,27 @@ def epoch_restart(w: RunWindow, th: Thresholds, t: float, since: float | None = 
     which = " and ".join(f"the {name}" for name in names) or "the"
     mean_ms = cost / count * 1e3
     advice = [
-        f"set persistent_workers=True on {which} DataLoader{'s' if len(names) > 1 else ''}: the workers then "
-        "outlive each epoch and its first batch comes as fast as any other",
+        AdviceItem(
+            f"set persistent_workers=True on {which} DataLoader{'s' if len(names) > 1 else ''}: the workers then "
+            "outlive each epoch and its first batch comes as fast as any other",
+            {"persistent_workers": True},
+            "workers outlive each epoch",
+        )
     ]
     fresh = [m for m in methods if m in FRESH_INTERPRETER]
     if fresh:
         advice.append(
-            f"the {'/'.join(fresh)} start method makes each restart worse: every new worker is a fresh interpreter "
-            "that re-imports torch and the dataset's modules and unpickles the dataset before its first sample"
+            AdviceItem(
+                f"the {'/'.join(fresh)} start method makes each restart worse: every new worker is a fresh "
+                "interpreter that re-imports torch and the dataset's modules and unpickles the dataset before its "
+                "first sample"
+            )
         )
     advice.append(
-        "keep the dataset's per-worker set-up (opening files, building indexes) small, or do it once in the "
-        "main process before the workers start"
+        AdviceItem(
+            "keep the dataset's per-worker set-up (opening files, building indexes) small, or do it once in the "
+            "main process before the workers start"
+        )
     )
     evidence: dict[str, Any] = {
         "run": run.label,
@@ -79,8 +89,9 @@ def epoch_restart(w: RunWindow, th: Thresholds, t: float, since: float | None = 
         "critical" if share >= th.epoch_restart_critical_share else "warning",
         f"DataLoader workers restart at every new iterator (persistent_workers=False): {count} restarts in {where}, "
         f"{mean_ms:.0f} ms each (worker start-up and first batch) cost {share:.0%} of wall time",
-        advice,
+        [],
         evidence,
+        advice,
     )
 
 

@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.rules.common import base_evidence
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import limiting_reasons
 from trainmon.numbers import is_nan, rounded
 
 
-def gpu_memory(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def gpu_memory(ctx: RuleContext) -> Finding | None:
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
         return None
     return Finding(
         "memory.gpu_pressure",
         "warning",
         f"GPU memory {ev.gpu_mem_pct:.0f}% used: the next larger batch or a fragmentation spike will OOM",
-        [
-            "use activation checkpointing or AMP (bf16) to cut activation memory",
-            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
-        ],
+        [],
         {"run": w.run.label, "gpu_mem_pct": rounded(ev.gpu_mem_pct, 1), "gpus": ev.gpus},
+        [
+            AdviceItem("use activation checkpointing or AMP (bf16) to cut activation memory"),
+            AdviceItem(
+                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+                {"env:PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                "fragmentation",
+            ),
+        ],
     )
 
 
-def gpu_throttled(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def gpu_throttled(ctx: RuleContext) -> Finding | None:
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
         return None
     reasons = [r.long for r in limiting_reasons(ev.gpu_throttle_bits)]
@@ -65,7 +72,8 @@ def gpu_is_the_limit(ev: Evidence, th: Thresholds) -> bool:
     return is_nan(ev.gpu_sm_active) or ev.gpu_sm_active >= th.sm_active_low_pct
 
 
-def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def compute_bound(ctx: RuleContext) -> Finding | None:
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.starving_fraction
     if is_nan(f) or f > th.wait_warning or not gpu_is_the_limit(ev, th):
         return None
@@ -81,9 +89,10 @@ def compute_bound(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
-def host_sync(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def host_sync(ctx: RuleContext) -> Finding | None:
     """The GPU is mostly idle, the loop does not wait on data, and the GPU drains to zero within every tick:
     the host waits on the device each step (.item(), .cpu(), printing tensors, synchronize)."""
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.starving_fraction
     if is_nan(f) or f > th.wait_warning or is_nan(ev.gpu_util) or is_nan(ev.gpu_util_min):
         return None
@@ -103,8 +112,9 @@ def host_sync(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
-def small_work(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def small_work(ctx: RuleContext) -> Finding | None:
     """NVML counts a GPU busy while any kernel runs; GPM's SM activity says how much of the GPU the kernels use."""
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_util) or is_nan(ev.gpu_sm_active):
         return None
     if ev.gpu_util < th.gpu_busy_pct or ev.gpu_sm_active >= th.sm_active_low_pct:
@@ -123,8 +133,9 @@ def small_work(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
-def no_tensor_cores(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def no_tensor_cores(ctx: RuleContext) -> Finding | None:
     """GPM exists on Hopper and newer, which all have tensor cores: SMs busy with the tensor pipes idle is fp32."""
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_sm_active) or is_nan(ev.gpu_tensor_active):
         return None
     if ev.gpu_sm_active < th.sm_active_low_pct or ev.gpu_tensor_active >= th.tensor_idle_pct:

@@ -15,13 +15,13 @@ from bisect import bisect_right
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import mean, quantile
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.metrics import PROC
 from trainmon.numbers import rounded
 from trainmon.store.run import Run
 from trainmon.store.stacks import innermost
-from trainmon.store.store import Store
 
 RECENT_STEPS = 200  # the p95 step is taken over the last this many steps before the silence
 
@@ -43,7 +43,8 @@ def recent_p95(run: Run, t: float) -> float:
     return quantile(steady or list(durations), 0.95)
 
 
-def hang(store: Store, run: Run, t: float, th: Thresholds) -> Finding | None:
+def hang(ctx: RuleContext) -> Finding | None:
+    store, run, t, th = ctx.store, ctx.r, ctx.t, ctx.th
     if not alive(run, t) or not run.steps.total:
         return None
     last = run.last_activity(t)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.findings import LOWER, AdviceItem, Finding
 from trainmon.diagnose.rules.common import base_evidence
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import host_to_device
-from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 
-def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def host_overhead(ctx: RuleContext) -> Finding | None:
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.wait_fraction
     if is_nan(f) or f > th.wait_warning or is_nan(ev.gpu_util) or is_nan(ev.main.cpu_pct):
         return None
-    if host_to_device(w, ev, th) is not None:
+    if host_to_device(ctx) is not None:
         return None  # the copies explain the idle GPU better than generic host overhead
     if ev.gpu_util >= th.host_overhead_gpu_util or ev.main.cpu_pct < th.host_overhead_main_cpu:
         return None
@@ -34,17 +32,23 @@ def host_overhead(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
     )
 
 
-def host_memory(host: HostWindow, th: Thresholds) -> Finding | None:
+def host_memory(ctx: RuleContext) -> Finding | None:
+    host, th = ctx.h, ctx.th
     mem, swap = host.mem_used_pct_max, host.swap_growth_mb
     if (not is_nan(mem) and mem >= th.host_mem_pct) or (not is_nan(swap) and swap >= th.swap_growth_mb):
         return Finding(
             "memory.host_pressure",
             "critical" if not is_nan(swap) and swap >= th.swap_growth_mb else "warning",
             f"host memory {mem:.0f}% used, swap grew {0 if is_nan(swap) else swap:.0f} MB in the window",
-            [
-                "reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
-                "keep datasets as memory-mapped arrays or tensors instead of lists of Python objects",
-            ],
+            [],
             {"mem_used_pct_max": rounded(mem, 1), "swap_growth_mb": rounded(swap, 1)},
+            [
+                AdviceItem(
+                    "reduce num_workers or prefetch_factor (each worker holds its own copy of Python objects)",
+                    {"num_workers": LOWER, "prefetch_factor": LOWER},
+                    "each worker holds its own copy of Python objects",
+                ),
+                AdviceItem("keep datasets as memory-mapped arrays or tensors instead of lists of Python objects"),
+            ],
         )
     return None

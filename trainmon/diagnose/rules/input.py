@@ -6,15 +6,17 @@ import math
 from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import HIGHER, AdviceItem, Finding
 from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.common import base_evidence
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 
-def input_bound(w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def input_bound(ctx: RuleContext) -> Finding | None:
+    w, host, ev, th = ctx.w, ctx.h, ctx.ev, ctx.th
     f = w.wait_fraction
     if is_nan(f) or f <= th.wait_warning:
         return None
@@ -94,12 +96,21 @@ def _main_process(
         severity,
         f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}"
         + ("" if is_nan(w.step_p50_s) else f"; step p50 {w.step_p50_s * 1e3:.0f} ms"),
-        [
-            f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute "
-            f"(at most {evidence['num_workers_bound_why']})",
-            "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
-        ],
+        [],
         evidence,
+        [
+            AdviceItem(
+                f"set DataLoader(num_workers={suggested}) so batches are prepared in parallel with compute "
+                f"(at most {evidence['num_workers_bound_why']})",
+                {"num_workers": suggested},
+                "batches prepared in parallel with compute",
+            ),
+            AdviceItem(
+                "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
+                {"persistent_workers": True, "pin_memory": True},
+                "workers survive epochs",
+            ),
+        ],
     )
 
 
@@ -136,13 +147,20 @@ def _io_finding(
             severity,
             f"{pct}; the workers wait on the network {net:.0%} of the time (sockets or a network filesystem)"
             f"{busy}: remote reads are the bottleneck",
-            [
-                "stage the dataset on local disk before training, or cache it after the first epoch",
-                "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
-                "whole batch), more workers, a higher prefetch_factor",
-                "read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency",
-            ],
+            [],
             evidence,
+            [
+                AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch"),
+                AdviceItem(
+                    "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
+                    "whole batch), more workers, a higher prefetch_factor",
+                    {"prefetch_factor": HIGHER},
+                    "more remote requests in flight",
+                ),
+                AdviceItem(
+                    "read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency"
+                ),
+            ],
         )
     # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
     block_reads = (
@@ -181,13 +199,20 @@ def _io_finding(
             "input.io",
             severity,
             f"{pct}; the workers wait on storage: {blocked}, {disk}",
-            [
-                "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
-                "and read them in order",
-                "copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples",
-                "raise num_workers and prefetch_factor to keep more reads in flight",
-            ],
+            [],
             evidence,
+            [
+                AdviceItem(
+                    "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
+                    "and read them in order"
+                ),
+                AdviceItem("copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples"),
+                AdviceItem(
+                    "raise num_workers and prefetch_factor to keep more reads in flight",
+                    {"num_workers": HIGHER, "prefetch_factor": HIGHER},
+                    "more reads in flight",
+                ),
+            ],
         )
     remote = (
         not is_nan(rchar)
@@ -203,12 +228,17 @@ def _io_finding(
             f"{pct}; the workers read {rchar:.1f} MB/s through the network or a remote "
             f"mount with almost no local disk I/O, and are idle {1 - cpu / 100 if not is_nan(cpu) else 0:.0%} "
             "of the time: remote reads are the bottleneck",
-            [
-                "stage the dataset on local disk before training, or cache it after the first epoch",
-                "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
-                "read fewer, larger objects (sharded formats) to amortise per-request latency",
-            ],
+            [],
             evidence,
+            [
+                AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch"),
+                AdviceItem(
+                    "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
+                    {"num_workers": HIGHER, "prefetch_factor": HIGHER},
+                    "more remote requests in flight",
+                ),
+                AdviceItem("read fewer, larger objects (sharded formats) to amortise per-request latency"),
+            ],
         )
     return None
 
@@ -269,14 +299,24 @@ def _cpu_finding(
             severity,
             f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on something slow per sample "
             f"(latency), and num_workers is already at its bound ({evidence['num_workers_bound_why']})",
-            [
-                f"do not raise num_workers beyond {n}: more processes would add memory and context switches, "
-                "not throughput",
-                "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
-                "or fetch a whole batch at once (__getitems__)",
-                "raise prefetch_factor so each worker keeps more samples in flight",
-            ],
+            [],
             evidence,
+            [
+                AdviceItem(
+                    f"do not raise num_workers beyond {n}: more processes would add memory and context switches, "
+                    "not throughput",
+                    names=("num_workers",),
+                ),
+                AdviceItem(
+                    "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
+                    "or fetch a whole batch at once (__getitems__)"
+                ),
+                AdviceItem(
+                    "raise prefetch_factor so each worker keeps more samples in flight",
+                    {"prefetch_factor": HIGHER},
+                    "more samples in flight per worker",
+                ),
+            ],
         )
     if cpu_bound:
         summary = (
@@ -296,19 +336,30 @@ def _cpu_finding(
         "input.too_few_workers",
         severity,
         summary,
-        [
-            f"raise num_workers from {n} to {suggested}" + (f": {why}" if why else "") + bound,
-            "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
-        ],
+        [],
         evidence,
+        [
+            AdviceItem(
+                f"raise num_workers from {n} to {suggested}" + (f": {why}" if why else "") + bound,
+                {"num_workers": suggested},
+                why,
+            ),
+            AdviceItem(
+                "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
+                {"persistent_workers": True, "prefetch_factor": 2},
+                "workers stay ahead across epochs",
+                at_least=("prefetch_factor",),
+            ),
+        ],
     )
 
 
 # ---------------------------------------------------------------- stalls
 
 
-def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None:
+def host_to_device(ctx: RuleContext) -> Finding | None:
     """Pageable copies: the GPU idles while large host→device transfers run from unpinned memory."""
+    w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_util) or is_nan(ev.gpu_pcie_rx_mb_s) or w.loader.get("pin_memory"):
         return None
     if ev.gpu_util >= th.host_overhead_gpu_util or ev.gpu_pcie_rx_mb_s < th.h2d_pcie_rx_mb_s:
@@ -319,10 +370,7 @@ def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None
         "critical" if ev.gpu_util < 40 else "warning",
         f"the GPU is {ev.gpu_util:.0f}% busy while {ev.gpu_pcie_rx_mb_s:.0f} MB/s cross PCIe from pageable memory "
         "(pin_memory=False): host→device copies are not overlapped with compute",
-        [
-            "set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
-            "move less per step: uint8 images normalised on the GPU, not float32 from the host",
-        ],
+        [],
         base_evidence(w)
         | {
             "gpu_util_pct": rounded(ev.gpu_util, 1),
@@ -330,4 +378,12 @@ def host_to_device(w: RunWindow, ev: Evidence, th: Thresholds) -> Finding | None
             "pin_memory": False,
             "main_cpu_busy": main_busy,
         },
+        [
+            AdviceItem(
+                "set DataLoader(pin_memory=True) and copy with .to(device, non_blocking=True)",
+                {"pin_memory": True, "non_blocking": True},
+                "copies from pinned memory overlap with compute",
+            ),
+            AdviceItem("move less per step: uint8 images normalised on the GPU, not float32 from the host"),
+        ],
     )

@@ -8,12 +8,12 @@ marked as sampled, with the samples it rests on, the share's standard error, and
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import input_bound
-from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import PROC, PYSPY
 from trainmon.numbers import is_nan, known, rounded
@@ -42,8 +42,11 @@ def attach_advice(run: Run) -> str:
     )
 
 
-def sampled_verdict(store: Store, run: Run, host: HostWindow, t0: float, t1: float, th: Thresholds) -> Finding:
-    """The verdict of a training measured by sampling over [t0, t1]."""
+def sampled_verdict(ctx: RuleContext) -> Finding:
+    """The verdict of a training measured by sampling, over the span of its host window (``ctx.host``: from
+    ``ctx.since`` to ``ctx.t``)."""
+    store, run, th, t1 = ctx.store, ctx.r, ctx.th, ctx.t
+    t0 = t1 - th.window_s if ctx.since is None else ctx.since
     share, n = sampled_share(store, run.pid, t0, t1)
     se = math.sqrt(share * (1 - share) / n) if n and not is_nan(share) else math.nan
     cpu = known(store.values_between(PROC.key(run.pid, "cpu_pct"), t0, t1))
@@ -77,7 +80,7 @@ def sampled_verdict(store: Store, run: Run, host: HostWindow, t0: float, t1: flo
         )
     w = RunWindow(run, t0, t1, step_time_s=1.0, wait_s=share, loader_id=SAMPLED_LOADER)
     ev = gather(store, run, t0, t1, th.throttle_power_cap_clock, SAMPLED_LOADER)
-    found = input_bound(w, host, ev, th)
+    found = input_bound(replace(ctx, window=w, evidence=ev))
     tag = f"sampled {who}, {n} samples (±{se:.0%})"
     if found is None:
         return Finding(
@@ -91,5 +94,5 @@ def sampled_verdict(store: Store, run: Run, host: HostWindow, t0: float, t1: flo
         found.evidence.pop(key, None)  # a sampled run has no steps
     found.evidence.update(evidence)
     found.summary = f"{tag}: {found.summary}"
-    found.advice.append(attach_advice(run))
+    found.add_advice(AdviceItem(attach_advice(run)))
     return found

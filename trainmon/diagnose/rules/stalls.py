@@ -7,6 +7,7 @@ import math
 
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules.common import base_evidence
+from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import quantile
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
@@ -14,7 +15,10 @@ from trainmon.numbers import is_nan, rounded
 from trainmon.store.gcspans import GENERATIONS
 
 
-def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
+def checkpoint_stall(ctx: RuleContext) -> Finding | None:
+    if not ctx.stalls:
+        return None  # a window cut at a recent change: too short to hold a recurring pattern
+    w, th = ctx.w, ctx.th
     if w.span_s <= 0 or not w.checkpoints:
         return None
     share = w.checkpoint_s / w.span_s
@@ -38,7 +42,10 @@ def checkpoint_stall(w: RunWindow, th: Thresholds) -> Finding | None:
     )
 
 
-def periodic_stall(w: RunWindow, th: Thresholds) -> Finding | None:
+def periodic_stall(ctx: RuleContext) -> Finding | None:
+    if not ctx.stalls:
+        return None  # a window cut at a recent change: too short to hold a recurring pattern
+    w, th = ctx.w, ctx.th
     if w.steps < th.min_steps or is_nan(w.step_p50_s):
         return None
     limit = w.step_p50_s * th.long_step_factor
