@@ -4,7 +4,6 @@ TUI's table shows cell for cell and what ``trainmon cluster --once`` prints."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from trainmon.cluster.state import STEP_RATIO, WAIT_POINTS, ClusterState, JobView, NodeRow, RankRow, Verdict, alerts_for
 from trainmon.diagnose.findings import CODES
@@ -197,7 +196,3 @@ def _versus(value: float | None, median: float | None, *, ratio: bool) -> str:
     if ratio:
         return f" ({value / median:.2f}× the job's median {median * 1e3:.1f} ms)" if median else ""
     return f" ({(value - median) * 100:+.1f} points from the job's median {median:.1%})"
-
-
-def as_dict(row: Row) -> dict[str, Any]:
-    return {"key": row.key, "kind": row.kind, "cells": list(row.cells), "severity": row.severity}
