@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-import weakref
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -238,7 +237,8 @@ def live_window(
 ) -> tuple[RunWindow, Change | None]:
     """The run's live window over [t0, t1] (at least ``window_steps`` steps), or, after a change inside it,
     the window of the steps since the change (when there are at least ``min_steps`` of them). ``window_memo``: the
-    caller's memo of each run's window (the live window is memoised there, the cut ones are not)."""
+    caller's memo of each run's windows (the live window and its change are memoised there, the cut ones are
+    not); without one, computed afresh."""
     w = run_window(run, t0, t1, min_steps=th.window_steps, window_memo=window_memo)
     key = (
         run.steps.total,
@@ -253,9 +253,8 @@ def live_window(
         th.change_step_ratio,
         th.change_z,
     )
-    hit = _latest.get(run)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if window_memo is not None and (hit := window_memo.live.get(run, key)) is not None:
+        return hit
     change = latest_change(w, th)
     out: tuple[RunWindow, Change | None] = (w, None)
     if change is not None:
@@ -269,7 +268,8 @@ def live_window(
                 run, t0, change.t, min_steps=th.window_steps, loader=before, window_memo=window_memo, memo=False
             )
             out = (before_w, None)
-    _latest[run] = (key, out)
+    if window_memo is not None:
+        window_memo.live.put(run, key, out)
     return out
 
 
@@ -277,8 +277,3 @@ def _loader_before(run: Run, t: float) -> int | None:
     """The loader that fed the last step ending at or before ``t``."""
     _, j = run.steps.index_range(t, t)
     return (run.steps.loader[j - 1] or None) if j > 0 else None
-
-
-_latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], tuple[RunWindow, Change | None]]] = (
-    weakref.WeakKeyDictionary()
-)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import operator
-import weakref
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from trainmon.diagnose.long_scan import long_candidates
 from trainmon.diagnose.rows import gather, sample_stride, segments_of
@@ -17,6 +17,11 @@ from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.steps import Steps
+
+if TYPE_CHECKING:
+    from trainmon.diagnose.change import Change
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -249,25 +254,50 @@ class RunWindow:
         return dict(info.config) if info is not None else {}
 
 
-class WindowMemo:
-    """The latest window asked of each run, for callers that ask for the same window every tick.
-
-    Whoever asks every tick owns one and passes it to ``run_window`` (and ``engine.evaluate``): the Monitor's is
-    shared by its engine and ``Monitor.run_statuses``, so the status line reads the window the engine took. A window
-    is the memoised one while its run has the same steps and checkpoints and the same window is asked for. Runs are
-    held weakly: a run the store forgets takes its latest window (and its step table) with it."""
+class LatestByRun(Generic[T]):
+    """The latest value computed for each run, with the key it was computed under: a hit while the key holds."""
 
     def __init__(self) -> None:
-        self._latest: weakref.WeakKeyDictionary[Run, tuple[tuple[Any, ...], RunWindow]] = weakref.WeakKeyDictionary()
+        self._latest: dict[Run, tuple[tuple[Any, ...], T]] = {}
 
-    def get(self, run: Run, key: tuple[Any, ...]) -> RunWindow | None:
-        """The run's memoised window if it was taken under ``key``."""
+    def get(self, run: Run, key: tuple[Any, ...]) -> T | None:
+        """The run's latest value if it was computed under ``key``."""
         hit = self._latest.get(run)
         return hit[1] if hit is not None and hit[0] == key else None
 
-    def put(self, run: Run, key: tuple[Any, ...], w: RunWindow) -> None:
-        """Make ``w``, taken under ``key``, the run's memoised window."""
-        self._latest[run] = (key, w)
+    def put(self, run: Run, key: tuple[Any, ...], value: T) -> None:
+        """Make ``value``, computed under ``key``, the run's latest."""
+        self._latest[run] = (key, value)
+
+    def retain(self, runs: set[Run]) -> None:
+        """Forget the values of every run not in ``runs``."""
+        for run in [r for r in self._latest if r not in runs]:
+            del self._latest[run]
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+
+class WindowMemo:
+    """Each run's latest window, for a caller that asks for the same windows every tick: it owns one and passes it
+    to ``engine.evaluate`` and ``run_window``. The Monitor's is shared by its engine and ``Monitor.run_statuses``, so
+    the status line reads the window the engine took.
+
+    ``windows``: the latest window ``run_window`` took of each run, a hit while the run has the same steps and
+    checkpoints and the same window is asked for. ``live``: the latest live window (and change) of
+    ``change.live_window``, likewise. A window holds its run, so the memo cannot hold runs weakly: ``retain`` (which
+    ``evaluate`` calls with the store's runs) forgets a run the store has forgotten, and with it its windows and
+    step table."""
+
+    def __init__(self) -> None:
+        self.windows: LatestByRun[RunWindow] = LatestByRun()
+        self.live: LatestByRun[tuple[RunWindow, Change | None]] = LatestByRun()
+
+    def retain(self, runs: Iterable[Run]) -> None:
+        """Forget every run not among ``runs`` (the store's)."""
+        keep = set(runs)
+        self.windows.retain(keep)
+        self.live.retain(keep)
 
 
 def run_window(
@@ -289,11 +319,11 @@ def run_window(
     read-only for their users. Without ``window_memo``, computed afresh: a pure function of the run.
     """
     key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s, loader)
-    if window_memo is not None and (hit := window_memo.get(run, key)) is not None:
+    if window_memo is not None and (hit := window_memo.windows.get(run, key)) is not None:
         return hit
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s, loader)
     if window_memo is not None and memo:
-        window_memo.put(run, key, w)
+        window_memo.windows.put(run, key, w)
     return w
 
 
