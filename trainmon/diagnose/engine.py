@@ -13,8 +13,7 @@ from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
 from trainmon.diagnose.host_window import host_window
-from trainmon.diagnose.rules.dist import comm_bound
-from trainmon.diagnose.rules.sampled import sampled_verdict
+from trainmon.diagnose.rules import Rule, RuleContext
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window
 from trainmon.numbers import is_nan
@@ -53,25 +52,25 @@ def evaluate(
     findings: list[Finding] = []
     judged = 0
     jobs: dict[tuple[Any, ...], list[RunWindow]] = defaultdict(list)
-    input_by_run: dict[int, Finding | None] = {}
+    run_findings: dict[int, list[Finding]] = {}
     owners: list[tuple[int, Any]] = []  # (index of a run's first finding, the run): advice in its framework's words
     with store.lock:
         if window_memo is not None:
             window_memo.retain(store.runs.values())  # a run the store forgot takes its windows with it
-        host = host_window(store, t0, t)
         for run in list(store.runs.values()):
             if run.first_seen > t:
                 continue
             if run.measured_by == "sampling":
                 if run.connected or run.last_seen >= t0:
-                    span_end = t if run.connected else min(t, run.last_seen)
-                    sampled = sampled_verdict(store, run, host_window(store, t0, span_end, run), t0, span_end, th)
-                    findings.append(sampled)
+                    end = t if run.connected else min(t, run.last_seen)
+                    ctx = RuleContext(store, th, end, t0, run=run, host=host_window(store, t0, end, run))
+                    findings.append(sampled := rules.SAMPLED(ctx) or NO_AGENT)
                     judged += sampled.code != "insufficient_data"
                 continue
             owners.append((len(findings), run))
-            if (f := rules.hang(store, run, t, th)) is not None:
-                findings.append(f)  # its window holds only the steps from before it stopped: judge nothing else
+            ctx = RuleContext(store, th, t, since, run=run)
+            if ended := _first(rules.ENDING, ctx):
+                findings.append(ended)
                 judged += 1
                 continue
             if since is None:
@@ -80,59 +79,52 @@ def evaluate(
                     changes.append(change)
             else:
                 w, change = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t)), None
-            # Stalls recur: judged over a window cut at a change only once it is long enough to hold a pattern.
-            stalls = change is None or w.span_s >= STALLS_MIN_S
             if w.steps == 0 and (not run.connected or run.last_seen < t0):
                 continue  # ended before this window, or never stepped in it
-            if stalls and (f := rules.checkpoint_stall(w, th)) is not None:
-                findings.append(f)
-            if (f := rules.epoch_restart(w, th, t, since)) is not None:
-                findings.append(f)  # judged before steady steps are counted: restarts may leave few of them
-            if (f := rules.insufficient(w, th)) is not None:
-                findings.append(f)
+            # Stalls recur: judged over a window cut at a change only once it is long enough to hold a pattern.
+            ctx.window, ctx.stalls = w, change is None or w.span_s >= STALLS_MIN_S
+            own = _all(rules.BEFORE_WARMUP, ctx)
+            if gate := _first(rules.WARMUP_GATE, ctx):
+                findings += [*own, gate]
                 continue
             judged += 1
             jobs[run.job_key].append(w)
             # Host and process figures over the span the steps cover, not after the run stopped.
-            span_end = t if is_nan(w.last_end) else min(t, w.last_end)
-            run_host = host_window(store, w.t0, span_end, run)  # the run's usable cores, shared with its host's runs
-            ev = gather(store, run, w.t0, span_end, th.throttle_power_cap_clock, w.loader_id)
-            inp = rules.input_bound(w, run_host, ev, th)
-            input_by_run[id(w)] = inp
-            for f in (
-                inp,
-                rules.periodic_stall(w, th) if stalls else None,
-                rules.host_to_device(w, ev, th),
-                rules.host_overhead(w, ev, th),
-                rules.gpu_memory(w, ev, th),
-                rules.gpu_throttled(w, ev, th),
-                rules.host_sync(w, ev, th),
-                rules.small_work(w, ev, th),
-                rules.no_tensor_cores(w, ev, th),
-                rules.compute_bound(w, ev, th),
-            ):
-                if f is not None:
-                    findings.append(f)
+            end = t if is_nan(w.last_end) else min(t, w.last_end)
+            ctx.host = host_window(store, w.t0, end, run)  # the run's usable cores, shared with its host's runs
+            ctx.evidence = gather(store, run, w.t0, end, th.throttle_power_cap_clock, w.loader_id)
+            own += _all(rules.PER_RUN, ctx)
+            own = [advice.fit_to_loader(f, w.loader) for f in own]  # no advice for what the loader already has
+            run_findings[run.id] = own
+            findings += own
         advice.localise_runs(findings, owners)
         for windows in jobs.values():
             framework = advice.common_framework(w.run for w in windows)
-            slow = rules.straggler(windows, input_by_run, th) if len(windows) > 1 else None
-            if slow is not None:
-                findings.append(advice.localise(slow, framework))
-            if (f := comm_bound(windows, th, straggler_found=slow is not None)) is not None:
-                findings.append(advice.localise(f, framework))
-        if (f := rules.host_memory(host, th)) is not None:
-            findings.append(f)
+            ctx = RuleContext(store, th, t, since, job=windows, run_findings=run_findings)
+            findings += [advice.localise(f, framework) for f in _all(rules.PER_JOB, ctx)]
+        findings += _all(rules.PER_HOST, RuleContext(store, th, t, since, host=host_window(store, t0, t)))
     if judged:
         findings = [f for f in findings if f.code != "insufficient_data"]
-        if any(f.code != "ok.compute_bound" for f in findings):
-            # One run being healthy does not make the machine healthy.
-            findings = [f for f in findings if f.code != "ok.compute_bound"] + [
-                f for f in findings if f.code == "ok.compute_bound"
-            ]
     if not findings:
         findings.append(NO_AGENT)
     return sorted(findings, key=lambda f: f.rank)
+
+
+def _first(stage: tuple[Rule, ...], ctx: RuleContext) -> Finding | None:
+    """The first finding of a stage whose finding ends the judgement."""
+    for rule in stage:
+        if (f := rule(ctx)) is not None:
+            return f
+    return None
+
+
+def _all(stage: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
+    """Every finding of a stage, in its order; each rule sees what the earlier ones found (``ctx.found``)."""
+    for rule in stage:
+        if (f := rule(ctx)) is not None:
+            ctx.found.append(f)
+    found, ctx.found = ctx.found, []
+    return found
 
 
 @dataclass
