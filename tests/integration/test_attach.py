@@ -399,7 +399,7 @@ def test_main_thread_stuck_in_a_c_call_times_out_queued_and_starts_later(
     lines = Lines(proc)
     try:
         lines.first("READY")
-        res = attach_process(proc.pid, addr, timeout=3.0)
+        res = attach_process(proc.pid, addr, timeout=8.0)
         # Another thread ran Python, so the code was queued; the main thread never reached a safe point.
         assert res.exit_code == EXIT_TIMEOUT and "queued" in res.message and "will start" in res.message, res
         _assert_untouched(proc.pid)
@@ -426,7 +426,7 @@ while True:
 def test_a_process_running_no_python_at_all_is_left_unchanged(addr: str) -> None:
     lines = _start(SLEEPER)
     try:
-        res = attach_process(lines.proc.pid, addr, timeout=3.0)
+        res = attach_process(lines.proc.pid, addr, timeout=8.0)
         assert res.exit_code == EXIT_TIMEOUT and "nothing was injected" in res.message, res
         _assert_untouched(lines.proc.pid)
         time.sleep(0.3)

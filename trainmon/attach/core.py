@@ -60,6 +60,8 @@ def _attach(pid: int, address: str, timeout: float) -> AttachResult:
     deadline = start + timeout
     if not address:
         return failure(pid, EXIT_FAILED, "no monitor address to report to")
+    if protocol.parse_tcp(address) is None:
+        address = os.path.abspath(address)  # the process resolves a relative path against its own directory
     refused = preflight(pid)
     if refused is not None:
         return refused

@@ -3,9 +3,10 @@
 What the gdb script does (x86-64 Linux):
 
 1. ``attach``, with no symbols read: the addresses come from ``trainmon.attach.symbols`` (``--readnever``,
-   ``auto-solib-add off``, no libthread_db, no debuginfod, no init files), so libtorch's symbols are never loaded.
-2. Breakpoints on the entries of a few functions every busy Python thread calls (``PyObject_Malloc``,
-   ``PyEval_SaveThread``, ``malloc``, ...), then ``continue``: the process runs again until one thread reaches one.
+   ``auto-solib-add off``, a sysroot where no library is found, no libthread_db, no debuginfod, no init files), so
+   gdb opens none of the shared libraries (libtorch's alone would hold the process for a second or more).
+2. Breakpoints on the entries of a few interpreter functions every busy Python thread calls (``PyObject_Malloc``,
+   ``PyEval_SaveThread`` before a C call, ...), then ``continue``: the process runs again until a thread reaches one.
    A thread stopped at a function entry holds no lock the calls below take and has no live floating-point
    argument, so the calls need only its general registers saved and restored. (gdb's own ``call`` saves and writes
    back the whole vector state, which fails on some kernels and then leaves a thread stopped inside a system call
@@ -18,11 +19,15 @@ What the gdb script does (x86-64 Linux):
 4. The interpreter runs the pending call in its main thread at its next safe point (as it runs Python signal
    handlers), never inside a signal handler or a C call; see ``trainmon.attach.payload`` for what the code does.
 
+The process is held stopped only while gdb attaches, while it takes a thread, and at the end of each call and of the
+detach: milliseconds (see benchmarks/attach_stop.py); the wait for a thread and the calls themselves run it.
+
 If no thread reaches one of those entries in time (every thread blocked or in a long C call), the attaching process
 sends the target SIGWINCH, which gdb intercepts and never delivers: the wait ends, nothing is changed, gdb detaches.
 That signal is only sent while gdb waits, and ignored (not delivered either) once a thread has been borrowed. gdb is
 never interrupted while a thread's registers are changed; it runs in its own process group, killed whole at the hard
-deadline, after which a process left in a stop is resumed.
+deadline (``KILL_GRACE_S`` later while it has breakpoints in the process or a thread borrowed; their code bytes are
+then put back through /proc/PID/mem), after which a process left in a stop is resumed.
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ RUN_STRING = "PyRun_SimpleString"  # the exported function, not the macro over P
 VERSION = "Py_Version"  # 3.11+: const unsigned long, PY_VERSION_HEX
 MMAP = "mmap"
 # Function entries where a thread holds no lock the injected calls need and no live floating-point argument: a thread
-# stopped there can make a call without its vector state being saved (gdb cannot write it on every kernel).
+# stopped there can make a call without its vector state being saved (gdb cannot write it on every kernel). Only the
+# interpreter's own: a thread calls them while running Python or entering or leaving a C call, so the interpreter is
+# initialised (a process that merely maps libpython, or one whose only busy threads run C, is never borrowed).
 PY_SAFE_POINTS = ("PyObject_Malloc", "PyObject_Free", "PyMem_Malloc", "PyMem_Free", "PyEval_SaveThread",
                   "PyEval_RestoreThread")  # fmt: skip
-LIBC_SAFE_POINTS = ("malloc", "free")
 _PY_NAME = re.compile(r"python(\d+)\.(\d+)")
 _LIBPYTHON = re.compile(r"^libpython\d")
 _LIBC = re.compile(r"^(libc[.-].*\.so.*|libc\.so.*|ld-musl-.*\.so.*|libc\.musl-.*\.so.*)$")
@@ -171,7 +172,6 @@ def locate(pid: int) -> Runtime:
         mmap_at = _address(libc_image, maps, libc, MMAP, (STT_FUNC,))
         if mmap_at is None:
             raise SymbolError("no_symbols", f"process {pid}: {libc} exports no {MMAP}")
-        safe += [_address(libc_image, maps, libc, name, (STT_FUNC,)) for name in LIBC_SAFE_POINTS]
         return Runtime(
             python_file=path,
             static=not _LIBPYTHON.match(os.path.basename(path)),
@@ -203,7 +203,7 @@ def _libc(pid: int, maps: list[Mapping]) -> tuple[str, ElfImage]:
         if m.path in seen or not _LIBC.match(os.path.basename(m.path)):
             continue
         seen.add(m.path)
-        image = _image(pid, m, (MMAP, *LIBC_SAFE_POINTS))
+        image = _image(pid, m, (MMAP,))
         if image is not None and MMAP in image.symbols:
             return m.path, image
     raise SymbolError("no_symbols", f"process {pid}: no C library exporting {MMAP} is mapped (not glibc or musl?)")

@@ -16,6 +16,7 @@ from trainmon.attach.result import (
     EXIT_NAMESPACE,
     EXIT_NO_PROCESS,
     EXIT_OTHER_USER,
+    EXIT_UNSUPPORTED,
     AttachResult,
     failure,
 )
@@ -131,6 +132,13 @@ def preflight(pid: int) -> AttachResult | None:
             EXIT_FAILED,
             f"process {pid} is stopped (state T, e.g. Ctrl-Z): resume it first (kill -CONT {pid}), then attach",
         )
+    if "shstk" in _thread_features(pid):
+        return failure(
+            pid,
+            EXIT_UNSUPPORTED,
+            f"process {pid} runs with CET shadow stacks, which the gdb injector's calls would break: start the "
+            "training with `trainmon run` or add `trainmon.agent.attach()` to it",
+        )
     if st.tracer != 0:
         return failure(
             pid,
@@ -139,6 +147,18 @@ def preflight(pid: int) -> AttachResult | None:
             "detach it first, then attach",
         )
     return None
+
+
+def _thread_features(pid: int) -> str:
+    """x86 user-space CET features enabled in the process (``shstk``, ``wrss``), from /proc (kernels 6.6+)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("x86_Thread_features:"):
+                    return line.split(":", 1)[1]
+    except OSError:
+        pass
+    return ""
 
 
 def resume_if_left_stopped(pid: int) -> bool:
