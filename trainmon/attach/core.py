@@ -91,9 +91,10 @@ def _attach(pid: int, address: str, timeout: float) -> AttachResult:
             if kind == "queued":
                 res = _wait(pid, address, result_dir, deadline, None)
                 # The script may still run later: it must find its file, and it cleans the directory up itself.
-                keep_dir = res.exit_code == EXIT_TIMEOUT
+                keep_dir = payload.read_result(result_dir) is None and alive(pid)
                 if keep_dir:
                     _mark_abandoned(result_dir)
+                    keep_dir = payload.read_result(result_dir) is None  # it may have run meanwhile: then clean up
                 return res
             if kind == "permission":
                 return failure(pid, EXIT_PERMISSION, permission_message(pid))
@@ -186,6 +187,18 @@ def _with_gdb(pid: int, address: str, runtime: Runtime, result_dir: str, start: 
 
 def _wait(pid: int, address: str, result_dir: str, deadline: float, stopped: float | None) -> AttachResult:
     """The code is queued: wait for its report, or for the process to exit, until the deadline."""
+    try:
+        return _poll(pid, address, result_dir, deadline, stopped)
+    except KeyboardInterrupt:
+        return failure(
+            pid,
+            EXIT_FAILED,
+            f"interrupted: the agent is queued in process {pid} and starts when its main thread next runs Python code",
+            stopped,
+        )
+
+
+def _poll(pid: int, address: str, result_dir: str, deadline: float, stopped: float | None) -> AttachResult:
     while True:
         res = payload.read_result(result_dir)
         if res is not None:

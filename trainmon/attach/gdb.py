@@ -2,9 +2,10 @@
 
 What the gdb script does (x86-64 Linux):
 
-1. ``attach``, with no symbols read: the addresses come from ``trainmon.attach.symbols`` (``--readnever``,
-   ``auto-solib-add off``, a sysroot where no library is found, no libthread_db, no debuginfod, no init files), so
-   gdb opens none of the shared libraries (libtorch's alone would hold the process for a second or more).
+1. ``attach``, with no library symbols read: the addresses come from ``trainmon.attach.symbols``
+   (``auto-solib-add off``, a sysroot where no library is found, no libthread_db, no debuginfod, no init files; the
+   executable is read before the attach), so gdb opens none of the shared libraries while it holds the process
+   (libtorch's alone would hold it for a second or more).
 2. Breakpoints on the entries of a few interpreter functions every busy Python thread calls (``PyObject_Malloc``,
    ``PyEval_SaveThread`` before a C call, ...), then ``continue``: the process runs again until a thread reaches one.
    A thread stopped at a function entry holds no lock the calls below take and has no live floating-point
@@ -159,7 +160,7 @@ def _call(function: int, args: tuple[str, ...]) -> list[str]:
 
 
 def command(gdb: str, script_path: str, exe: str) -> list[str]:
-    argv = [gdb, "-nx", "-q", "-batch", "--readnever"]
+    argv = [gdb, "-nx", "-q", "-batch"]
     for setting in _SETTINGS:
         argv += ["-iex", setting]
     return [*argv, "-x", script_path, exe]
