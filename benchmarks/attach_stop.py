@@ -196,8 +196,11 @@ def many(addr: str, n: int) -> dict:
                 out["crashes"] += 1
                 print(f"target {i}: exited with {target.proc.returncode}", flush=True)
                 continue
+            c = target.ask("STEPS", t_a0 - 4.0, t_a0 - 2.0)  # two windows with no attach between: the noise
             b = target.ask("STEPS", t_a0 - 2.0, t_a0)
             a = target.ask("STEPS", t_a1 + 0.5, t_a1 + 2.5)
+            if c["cpu"] and b["cpu"]:
+                out["cpu_noise"].append(b["cpu"] / c["cpu"] - 1.0)
             before, after = b["median"], a["median"]
             if before and after:
                 out["changes"].append(after / before - 1.0)
@@ -288,7 +291,7 @@ def _stop_rows(rs: list[dict]) -> list[Row]:
 
 
 def _many_rows(out: dict, n: int) -> list[Row]:
-    ch, cpu = out["changes"], out["cpu_changes"]
+    ch, cpu, noise = out["changes"], out["cpu_changes"], out["cpu_noise"]
     return [
         Row(
             f"attach to {n} trainings, then again",
@@ -306,6 +309,9 @@ def _many_rows(out: dict, n: int) -> list[Row]:
             "median step CPU time after vs before",
             "",
             f"{median(cpu) * 100:+.1f} % (range {min(cpu) * 100:+.1f} … {max(cpu) * 100:+.1f})" if cpu else "n/a",
+            anchor=f"no attach: {median(noise) * 100:+.1f} % ({min(noise) * 100:+.1f} … {max(noise) * 100:+.1f})"
+            if noise
+            else "",
         ),
     ]
 
