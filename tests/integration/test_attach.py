@@ -511,6 +511,24 @@ def test_not_a_python_process(addr: str) -> None:
         sleeper.wait()
 
 
+def test_an_interpreter_without_symbols_is_named_as_such(addr: str, tmp_path: Path) -> None:
+    # What a fully static, stripped interpreter looks like from outside: an executable named python3.X that
+    # exports no Python runtime symbol (here a copy of sleep(1) under that name).
+    fake = tmp_path / "python3.12"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    proc = subprocess.Popen([str(fake), "100"])
+    try:
+        time.sleep(0.2)
+        res = attach_process(proc.pid, addr)
+        assert res.exit_code == EXIT_NOT_PYTHON and "exports no Py_AddPendingCall" in res.message, res
+        assert "trainmon run" in res.message
+        _assert_untouched(proc.pid)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_no_such_process(addr: str) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
