@@ -13,7 +13,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
@@ -28,6 +28,7 @@ from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
 from trainmon.sources.agents import AgentServer
 from trainmon.sources.autodump import AutoDumper
+from trainmon.sources.base import Source
 from trainmon.sources.disk import DiskSource
 from trainmon.sources.gpu import GpuSource
 from trainmon.sources.host import HostSource
@@ -97,12 +98,6 @@ class Snapshot:
     host: dict[str, float] = field(default_factory=dict)
 
 
-class Source(Protocol):
-    name: str
-
-    def sample(self, now: float) -> dict[str, float]: ...
-
-
 class Monitor:
     def __init__(
         self,
@@ -137,8 +132,6 @@ class Monitor:
             found = [self.unattached] if self.unattached is not None else []
             sources = [*found, HostSource(), DiskSource(), self.procs, self.gpu]
         self.sources = sources
-        self.source_cost_s: dict[str, float] = {}
-        self._failed_sources: set[str] = set()
         self.tracker = VerdictTracker(hold_s=self.thresholds.hold_s, change_hold_s=self.thresholds.change_hold_s)
         # Each run's latest window: the engine takes it each tick and run_statuses reads the same one back.
         self.window_memo = WindowMemo()
@@ -153,6 +146,11 @@ class Monitor:
         self.listeners: list[Callable[[Snapshot], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def source_cost_s(self) -> dict[str, float]:
+        """Source name → seconds its last sample took (sources sampled at least once)."""
+        return {s.name: s.cost_s for s in self.sources if not math.isnan(s.cost_s)}
 
     @property
     def address(self) -> str | None:
@@ -247,12 +245,10 @@ class Monitor:
         if self.agents is not None:
             self.agents.stop()
         for source in self.sources:
-            close = getattr(source, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:
-                    log.exception("closing source %s failed", source.name)
+            try:
+                source.close()
+            except Exception:
+                log.exception("closing source %s failed", source.name)
 
     def _loop(self) -> None:
         next_t = time.monotonic() + self.interval
@@ -288,14 +284,7 @@ class Monitor:
     def sample_sources(self, t: float) -> dict[str, float]:
         values: dict[str, float] = {}
         for source in self.sources:
-            start = time.perf_counter()
-            try:
-                values.update(source.sample(t))
-            except Exception:
-                if source.name not in self._failed_sources:
-                    self._failed_sources.add(source.name)
-                    log.exception("source %s failed; its figures are n/a", source.name)
-            self.source_cost_s[source.name] = time.perf_counter() - start
+            values.update(source.timed_sample(t))  # never raises; keeps the source's cost_s
         if self.gpu is not None and self.gpu.error is None:
             tracked = self.tracked_pids()
             try:
@@ -355,12 +344,14 @@ def states_matter(findings: list[Finding], verdict: Finding | None) -> bool:
     return any(verdict_of(f.code).reads_states for f in findings)
 
 
-class _PySpySource:
+class _PySpySource(Source):
     """Adapts a PySpySampler to the Source interface."""
 
     name = "pyspy"
+    logger = logging.getLogger("trainmon.pyspy")
 
     def __init__(self, sampler) -> None:
+        super().__init__()
         self.sampler = sampler
 
     def sample(self, now: float) -> dict[str, float]:

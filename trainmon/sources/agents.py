@@ -1,8 +1,8 @@
 """Socket server for agents: many concurrent connections, bounded, hostile input closes one connection.
 
-It runs past 400 lines because binding, peer checks (uid, and the peer's pid in this pid namespace), the
-selector loop and per-connection state share one lock and one socket set; split, each part would reach into the
-others' state. Reading /proc to map pid namespaces is in ``trainmon.sources.pidns``.
+`AgentServer` binds the listen address (a Unix socket in a private directory, or TCP), accepts, reads frames in
+one selector thread and hands what they say to its `Ingest` sink. Who a peer is (its uid, its pid in the monitor's
+pid namespace, the run's namespace) is ``trainmon.sources.agent_peers``; reading /proc for it, ``pidns``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ import resource
 import selectors
 import socket
 import stat
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from trainmon import protocol as P
-from trainmon.sources import pidns
+from trainmon.sources.agent_peers import PeerPids, check_peer
 from trainmon.store.store import Ingest
 
 log = logging.getLogger("trainmon.agents")
@@ -54,10 +52,7 @@ class _Conn:
     run_id: int | None = None
     authed: bool = True
     bye: str | None = None
-    peer_pid: int | None = None  # the peer's pid in the monitor's namespace (SO_PEERCRED), None: not known
-    loopback: bool = False  # a loopback TCP peer: its pid is looked up from its socket at the hello
-    pid_namespace: str = pidns.OWN
-    main_pid: int | None = None  # the run's main process in the monitor's namespace (None: unmapped)
+    pids: PeerPids = field(default_factory=PeerPids)  # the peer's and the run's pids in the monitor's namespace
 
 
 class AgentServer:
@@ -259,48 +254,16 @@ class AgentServer:
                 self.rejected += 1
                 sock.close()
                 continue
-            peer = self._check_peer(sock, addr)
+            peer = check_peer(sock, addr, self._require_token)
             if peer is None:
                 self.rejected += 1
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Conn(sock, peer, self.clock(), authed=not self._require_token)
-            if sock.family == socket.AF_UNIX:
-                conn.peer_pid = _peer_pid(peer)
-            else:
-                conn.loopback = _is_loopback(addr)
+            pids = PeerPids.accepted(sock, peer, addr)
+            conn = _Conn(sock, peer, self.clock(), authed=not self._require_token, pids=pids)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
-
-    def _check_peer(self, sock: socket.socket, addr: Any) -> str | None:
-        if sock.family != socket.AF_UNIX:
-            return self._check_tcp_peer(sock, addr)
-        try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid, uid, _gid = struct.unpack("3i", creds)
-        except (OSError, AttributeError):
-            log.warning("refused a connection: cannot read its peer credentials")
-            return None  # fail closed: an unidentified peer may be another user
-        if uid not in (os.getuid(), 0):
-            log.warning("refused a connection from uid %d (pid %d): only your own processes may report", uid, pid)
-            return None
-        return f"pid {pid}"
-
-    def _check_tcp_peer(self, sock: socket.socket, addr: Any) -> str | None:
-        """Loopback without a token: like the Unix socket, only this user's processes (and root's)."""
-        peer = f"{addr[0]}:{addr[1]}"
-        if self._require_token or not ipaddress.ip_address(addr[0]).is_loopback:
-            return peer  # the token decides (a non-loopback listener always has one)
-        uid = _loopback_peer_uid(sock)
-        if uid is None or uid in (os.getuid(), 0):
-            return peer
-        log.warning(
-            "refused a loopback connection from uid %d: only your own processes may report "
-            "(to let other users in, give them a token)",
-            uid,
-        )
-        return None
 
     def _read(self, conn: _Conn) -> None:
         # Into one reused buffer: recv(256 KiB) would map and unmap a fresh 256 KiB object on every read.
@@ -353,7 +316,7 @@ class AgentServer:
             hello = P.clean_hello(P.decode_json(payload))
             conn.run_id = run_id = self._run_id((hello["host"], hello["pid"], hello["session"]))
             hello["peer"] = conn.peer
-            self._map_pids(conn, hello)
+            conn.pids.map_hello(conn.sock, conn.peer, hello)
             self.sink.hello(run_id, now, hello)
             return
         if conn.run_id is None:
@@ -364,30 +327,9 @@ class AgentServer:
             info = P.clean_info(P.decode_json(payload))
             if "bye" in info:
                 conn.bye = info["bye"]
-            if "workers" in info and conn.pid_namespace != pidns.OWN:
-                # Namespace pids: each worker's pid in the monitor's namespace (0: not found), recorded with them.
-                pids = info["workers"]["pids"]
-                main = conn.main_pid
-                info["workers"]["proc_pids"] = pidns.map_workers(main, pids) if main else [0] * len(pids)
+            conn.pids.map_workers(info)
             if info:
                 self.sink.info(conn.run_id, now, info)
-
-    def _map_pids(self, conn: _Conn, hello: dict[str, Any]) -> None:
-        """Put the peer's pid (monitor's namespace) and the run's pid namespace into the hello. Costs nothing
-        when the peer's pid is the hello's (the common case); a loopback TCP peer's pid is looked up once,
-        here, from its socket; any other TCP peer (remote, or unknown) is unmapped."""
-        if conn.loopback and conn.peer_pid is None:
-            conn.peer_pid = _loopback_peer_pid(conn.sock, hello["pid"])
-        conn.pid_namespace, conn.main_pid = pidns.map_main(hello["pid"], conn.peer_pid)
-        hello["peer_pid"] = conn.peer_pid
-        hello["pid_namespace"] = conn.pid_namespace
-        if conn.pid_namespace != pidns.OWN:
-            log.info(
-                "%s reports pid %d from another pid namespace: %s",
-                conn.peer,
-                hello["pid"],
-                f"pid {conn.main_pid} here" if conn.main_pid else "not mapped, its processes are not read",
-            )
 
     def _run_id(self, key: tuple) -> int:
         run_id = self._run_ids.get(key)
@@ -422,58 +364,6 @@ class AgentServer:
             pass
         if conn.run_id is not None:
             self.sink.closed(conn.run_id, self.clock(), reason)
-
-
-def _proc_net_addr(sock: socket.socket, host: str, port: int) -> str:
-    """An address as /proc/net/tcp{,6} prints it: the IP as native-endian 32-bit words in hex."""
-    packed = socket.inet_pton(sock.family, host)
-    words = struct.unpack(f"={len(packed) // 4}I", packed)
-    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
-
-
-def _loopback_peer_uid(sock: socket.socket) -> int | None:
-    """The uid owning the other end of a loopback TCP connection (Linux); None where /proc cannot tell
-    (another platform), -1 where the connection is not listed."""
-    table = "/proc/net/tcp6" if sock.family == socket.AF_INET6 else "/proc/net/tcp"
-    try:
-        theirs = _proc_net_addr(sock, *sock.getpeername()[:2])
-        ours = _proc_net_addr(sock, *sock.getsockname()[:2])
-        with open(table) as fh:
-            for line in fh:
-                fields = line.split()
-                if len(fields) > 7 and fields[1] == theirs and fields[2] == ours:
-                    return int(fields[7])
-    except (OSError, ValueError):
-        return None
-    return -1  # not in the table (gone already): unknown, so refused
-
-
-def _peer_pid(peer: str) -> int | None:
-    """The pid of a Unix peer as _check_peer names it (\"pid N\")."""
-    text = peer.removeprefix("pid ")
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
-
-def _is_loopback(addr: Any) -> bool:
-    try:
-        return ipaddress.ip_address(addr[0]).is_loopback
-    except (ValueError, TypeError, IndexError):
-        return False
-
-
-def _loopback_peer_pid(sock: socket.socket, agent_pid: int) -> int | None:
-    """The pid (monitor's namespace) of the process at the other end of a loopback TCP connection: the
-    peer's socket inode from /proc/net/tcp{,6}, then who holds it in /proc/*/fd (bounded). None if not found."""
-    table = "/proc/net/tcp6" if sock.family == socket.AF_INET6 else "/proc/net/tcp"
-    try:
-        theirs = _proc_net_addr(sock, *sock.getpeername()[:2])
-        ours = _proc_net_addr(sock, *sock.getsockname()[:2])
-    except (OSError, ValueError):
-        return None
-    inode = pidns.tcp_inode(table, theirs, ours)
-    if inode is None:
-        return None
-    return pidns.pick_peer(agent_pid, pidns.socket_holders(inode))
 
 
 def _max_connections() -> int:

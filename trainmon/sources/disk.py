@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainmon.metrics import DISK
+from trainmon.sources.base import Source
 
 log = logging.getLogger("trainmon.disk")
 
@@ -76,8 +77,9 @@ def _delta(new: int, old: int) -> int | None:
     return None
 
 
-class DiskSource:
+class DiskSource(Source):
     name = "disk"
+    logger = log
 
     def __init__(
         self,
@@ -86,11 +88,11 @@ class DiskSource:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self.diskstats_path = diskstats_path
         self.sys_block = sys_block
         self.clock = clock
         self.error: str | None = None
-        self._logged_errors: set[str] = set()
         self._prev: dict[str, _Stat] = {}
         self._prev_t: float | None = None
         self._whole_cache: dict[str, bool] = {}
@@ -174,9 +176,7 @@ class DiskSource:
 
     def _fail(self, message: str) -> None:
         self.error = message
-        if message not in self._logged_errors:
-            self._logged_errors.add(message)
-            log.warning("disk source: %s", message)
+        self.log_once(message, "disk source: %s", message)
 
 
 def _rates(dev: str, cur: _Stat, old: _Stat, elapsed_s: float) -> dict[str, float]:

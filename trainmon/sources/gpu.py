@@ -23,6 +23,7 @@ from typing import Any
 
 from trainmon.metrics import GPM_METRIC_IDS, GPU, NVML_PROC, gpu_mask
 from trainmon.numbers import NAN, is_nan
+from trainmon.sources.base import Source
 from trainmon.sources.gpu_devices import (
     Device,
     Gpm,
@@ -76,17 +77,21 @@ SCALAR_READS = (
 )
 
 
-class GpuSource:
+class GpuSource(Source):
     """Samples every GPU NVML sees. Construct once, call `sample(now)` each tick, `close()` at the end."""
 
     name = "gpu"
+    logger = log
 
     def __init__(self, nvml_module: Any = None, *, pid_exists: Callable[[int], bool] = proc_exists) -> None:
         """``pid_exists`` tells whether a pid names a process in the monitor's pid namespace (tests give theirs)."""
+        super().__init__()
         self.error: str | None = None
-        self._binding = NvmlBinding({**FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}})
-        # The binding records n/a reasons as its calls fail; sampling clears them as values come back.
-        self._reasons = self._binding.reasons
+        # The binding records n/a reasons (into this source's) as its calls fail; sampling clears them as values
+        # come back. It logs through this source's log_once.
+        self._binding = NvmlBinding(
+            {**FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}}, reasons=self._na, log_once=self.log_once
+        )
         self._call = self._binding.call
         self._now = 0.0
         self.unresolved_visible: list[str] = []
@@ -95,7 +100,6 @@ class GpuSource:
         self._devices: list[Device] = []  # the GPUs (id = NVML index), then their MIG devices
         self._gpu_count = 0  # how many of them are GPUs
         self._visible: set[int] | None = None
-        self._exceptions_logged: set[str] = set()
         self._pid_exists = pid_exists
         # "own" while NVML's pids name processes here; "other" once most do not (see `nvml_pid_namespace`)
         self.nvml_pids = "own"
@@ -107,11 +111,6 @@ class GpuSource:
     @property
     def available(self) -> bool:
         return self._initialized
-
-    @property
-    def na_reasons(self) -> dict[str, str]:
-        """Series name → why it is NaN now. A copy: safe to read from another thread."""
-        return dict(self._reasons)
 
     def _init(self, nvml_module: Any) -> None:
         self.error = self._binding.load(nvml_module)
@@ -132,8 +131,7 @@ class GpuSource:
         GPUs, numbered on from ``count`` (see `trainmon.sources.gpu_devices`)."""
         for d in self._devices:
             self._free_gpm(d)
-        for key in [k for k in self._reasons if k.startswith(GPU.prefix)]:
-            del self._reasons[key]  # in place: the binding holds the same dict
+        self.clear_na_under(GPU.prefix)
         gpus = [self._open_device(i, now) for i in range(count)]
         migs: list[Device] = []
         for gpu in gpus:
@@ -156,7 +154,7 @@ class GpuSource:
             self._lose(d, e.reason, now)
         if d.handle is None and d.lost is None:
             # Without a handle nothing can be read: treated like a lost GPU, opened again every few seconds.
-            self._lose(d, self._reasons.pop(d.prefix + "handle", "no device handle"), now)
+            self._lose(d, self.clear_na(d.prefix + "handle") or "no device handle", now)
         return d
 
     def _mig_slots(self, gpu: Device) -> range:
@@ -172,8 +170,8 @@ class GpuSource:
             self._lose(gpu, e.reason, self._now)
             return range(0)
         finally:  # no MIG is not a failure: no reason left behind
-            self._reasons.pop(gpu.prefix + "mig_mode", None)
-            self._reasons.pop(gpu.prefix + "mig_count", None)
+            self.clear_na(gpu.prefix + "mig_mode")
+            self.clear_na(gpu.prefix + "mig_count")
         gpu.mig_mode = True
         return range(int(count)) if count is not FAIL else range(0)
 
@@ -185,13 +183,13 @@ class GpuSource:
                 handle = self._call(gpu, "mig_handle", (), gpu.handle, slot, not_found=None)
             except DeviceLost as e:
                 self._lose(gpu, e.reason, now)
-            self._reasons.pop(gpu.prefix + "mig_handle", None)
+            self.clear_na(gpu.prefix + "mig_handle")
         if handle is None or handle is FAIL:
             return None
         gi = self._call(gpu, "gpu_instance", (), handle, log_level=logging.DEBUG)
         ci = self._call(gpu, "compute_instance", (), handle, log_level=logging.DEBUG)
-        self._reasons.pop(gpu.prefix + "gpu_instance", None)
-        self._reasons.pop(gpu.prefix + "compute_instance", None)
+        self.clear_na(gpu.prefix + "gpu_instance")
+        self.clear_na(gpu.prefix + "compute_instance")
         d = Device(index, None, Mig(gpu.index, slot, None if gi is FAIL else int(gi), None if ci is FAIL else int(ci)))
         try:
             self._identify(d, handle)
@@ -222,7 +220,7 @@ class GpuSource:
     def _open_gpm(self, d: Device) -> None:
         support = self._call(d, "gpm_support", (), d.handle, log_level=logging.DEBUG)
         if support is FAIL:
-            d.gpm_status = gpm_reason(self._reasons.pop(d.prefix + "gpm_support", "GPM query failed"))
+            d.gpm_status = gpm_reason(self.clear_na(d.prefix + "gpm_support") or "GPM query failed")
             return
         if not getattr(support, "isSupportedDevice", 0):
             d.gpm_status = "not supported on this GPU (GPM needs Hopper or newer)"
@@ -232,7 +230,7 @@ class GpuSource:
             s = self._call(d, "gpm_alloc", ())
             if s is FAIL:
                 self._free_samples(d, samples)
-                d.gpm_status = "GPM sample allocation failed: " + self._reasons.pop(d.prefix + "gpm_alloc", "?")
+                d.gpm_status = "GPM sample allocation failed: " + (self.clear_na(d.prefix + "gpm_alloc") or "?")
                 return
             samples.append(s)
         query = self._binding.gpm_query(list(GPM_METRIC_IDS.values()))
@@ -259,7 +257,7 @@ class GpuSource:
 
     def _mark_device(self, d: Device, reason: str) -> None:
         for s in d.series:
-            self._reasons[s] = reason
+            self.na(s, reason)
 
     def _lose(self, d: Device, reason: str, now: float) -> None:
         d.lost = reason
@@ -288,8 +286,8 @@ class GpuSource:
         if fresh.lost is None:
             log.warning("gpu.%d answers again", d.index)
             for s in d.series:
-                if self._reasons.get(s) == d.lost:
-                    del self._reasons[s]
+                if self.na_reason(s) == d.lost:
+                    self.clear_na(s)
         return fresh
 
     # ------------------------------------------------------------------ sampling
@@ -329,9 +327,7 @@ class GpuSource:
             out[keys["gpu_mask"]] = gpu_mask(u["gpus"])
 
     def _log_exception(self, where: str) -> None:
-        if where not in self._exceptions_logged:
-            self._exceptions_logged.add(where)
-            log.exception("GPU source %s failed", where)
+        self.log_once(("exception", where), "GPU source %s failed", where, level=logging.ERROR, exc_info=True)
 
     def _sample_one(self, d: Device, now: float, out: dict[str, float]) -> None:
         names = d.series
@@ -348,8 +344,7 @@ class GpuSource:
 
     def _put(self, out: dict[str, float], key: str, value: float) -> None:
         out[key] = value
-        if key in self._reasons:
-            del self._reasons[key]
+        self.clear_na(key)
 
     def _read_device(self, d: Device, now: float, out: dict[str, float]) -> None:
         k, h, put, nvml = d.keys, d.handle, self._put, self._binding
@@ -398,8 +393,9 @@ class GpuSource:
             self._put(out, lo_key, util)
             self._put(out, hi_key, util)
         else:
-            reason = self._reasons.get(k["util"], "no utilisation samples")
-            self._reasons[lo_key] = self._reasons[hi_key] = reason
+            reason = self.na_reason(k["util"]) or "no utilisation samples"
+            self.na(lo_key, reason)
+            self.na(hi_key, reason)
 
     def _read_gpm(self, d: Device, g: Gpm, now: float, out: dict[str, float]) -> None:
         keys = [d.keys[m] for m in GPM_METRIC_IDS]
@@ -422,7 +418,7 @@ class GpuSource:
                 self._collect_gpm(d, g)
         else:
             for s in keys:
-                self._reasons[s] = "GPM needs two samples: first value next tick"
+                self.na(s, "GPM needs two samples: first value next tick")
         g.cur = 1 - g.cur
         g.have_prev = True
         g.prev_t = now
@@ -432,7 +428,7 @@ class GpuSource:
         for j, metric in enumerate(GPM_METRIC_IDS):
             g.values[metric], reason = self._binding.gpm_result(g.query, j)
             if reason is not None:
-                self._reasons[d.keys[metric]] = reason
+                self.na(d.keys[metric], reason)
                 self._binding.log_once(d.keys[metric], reason)
 
     def _put_gpm(self, d: Device, g: Gpm, out: dict[str, float]) -> None:
@@ -496,7 +492,7 @@ class GpuSource:
         procs = self._call(d, "procs", (d.prefix + "proc_mem",), d.handle)
         if procs is FAIL:
             return {}
-        self._reasons.pop(d.prefix + "proc_mem", None)
+        self.clear_na(d.prefix + "proc_mem")
         sm = self._process_sm(d)
         out: dict[int, tuple[float, float]] = {}
         for p in procs:
@@ -510,7 +506,7 @@ class GpuSource:
         samples = self._call(d, "proc_util", (key,), d.handle, d.proc_ts, not_found=[])
         if samples is FAIL:
             return None
-        self._reasons.pop(key, None)
+        self.clear_na(key)
         fresh, d.proc_ts = newer_samples(samples, d.proc_ts)
         acc: dict[int, list[float]] = {}
         for s in fresh:

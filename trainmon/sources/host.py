@@ -1,5 +1,5 @@
 """Host CPU, memory, swap and load through psutil, and the cores this process may really use (CPU affinity,
-cgroup quota: see ``cgroup.py``). Never raises: a failing metric becomes nan."""
+cgroup quota: see ``cgroup.py``). Never raises: a failing metric becomes nan, its reason in ``na_reasons``."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ import os
 import psutil
 
 from trainmon.metrics import CPU_CORE
+from trainmon.sources.base import Source
 from trainmon.sources.cgroup import CpuBudget
 
 log = logging.getLogger("trainmon.host")
 
 
-class HostSource:
+class HostSource(Source):
     name = "host"
+    logger = log
 
     def __init__(self, root: str = "") -> None:
-        self._failed: set[str] = set()
+        super().__init__()
         self.cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1  # the host's logical CPUs
         self._budget = CpuBudget(root)
         try:
@@ -27,10 +29,11 @@ class HostSource:
         except Exception as exc:
             self._fail("cpu", exc)
 
-    def _fail(self, what: str, exc: BaseException) -> None:
-        if what not in self._failed:
-            self._failed.add(what)
-            log.warning("host metric %s unavailable: %s", what, exc)
+    def _fail(self, what: str, exc: BaseException, nan: str | None = None) -> None:
+        """``what`` could not be read: logged once; ``nan``, the series written as NaN for it, says why."""
+        self.log_once(what, "host metric %s unavailable: %s", what, exc)
+        if nan is not None:
+            self.na(nan, f"{what} unavailable: {exc}")
 
     def sample(self, now: float = 0.0) -> dict[str, float]:
         out: dict[str, float] = {"cpu.cores": float(self.cores)}
@@ -54,8 +57,9 @@ class HostSource:
             out["cpu.user"] = user_total / n
             out["cpu.system"] = system_total / n
             out["cpu.steal"] = steal_total / n
+            self.clear_na("cpu.busy")
         except Exception as exc:
-            self._fail("cpu", exc)
+            self._fail("cpu", exc, "cpu.busy")
             out["cpu.busy"] = math.nan
         try:
             for name, value in self._budget.sample([None]).get(None, {}).items():
@@ -68,8 +72,9 @@ class HostSource:
             out["mem.used_pct"] = vm.percent
             out["mem.used_mb"] = (vm.total - vm.available) / 2**20
             out["mem.total_mb"] = vm.total / 2**20
+            self.clear_na("mem.used_pct")
         except Exception as exc:
-            self._fail("memory", exc)
+            self._fail("memory", exc, "mem.used_pct")
             out["mem.used_pct"] = math.nan
         try:
             sw = psutil.swap_memory()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from trainmon.numbers import NAN
+from trainmon.sources.base import LogOnce
 
 # The GPU source logs under one name whichever of its modules speaks: users filter on it.
 log = logging.getLogger("trainmon.gpu")
@@ -109,13 +110,21 @@ class CallSite(Protocol):
 class NvmlBinding:
     """One loaded pynvml module: its entry points and constants, plus the n/a reasons its failures left behind."""
 
-    def __init__(self, functions: Mapping[str, tuple[str, ...]] = FUNCTIONS) -> None:
-        """``functions``: call key → entry-point names, newest first (FUNCTIONS plus the caller's own)."""
+    def __init__(
+        self,
+        functions: Mapping[str, tuple[str, ...]] = FUNCTIONS,
+        *,
+        reasons: dict[str, str] | None = None,
+        log_once: LogOnce | None = None,
+    ) -> None:
+        """``functions``: call key → entry-point names, newest first (FUNCTIONS plus the caller's own). ``reasons``
+        and ``log_once``: the GPU source's, where the binding records why series are n/a and logs it."""
         self.functions = functions
         self.module: Any = None
-        self.reasons: dict[str, str] = {}  # series (or "gpu.{i}.<what>") → why it is n/a
+        # series (or "gpu.{i}.<what>") → why it is n/a
+        self.reasons: dict[str, str] = reasons if reasons is not None else {}
         self.fns: dict[str, list[tuple[str, Callable[..., Any]]]] = {}  # key → entry points left, newest first
-        self._logged: set[tuple[str, str]] = set()
+        self._log_once = log_once if log_once is not None else LogOnce(log)
         self._error_cls: type[BaseException] = _Never
         self._mismatch_cls: type[BaseException] = _Never
         self.util_samples = _GPU_UTILIZATION_SAMPLES
@@ -248,9 +257,8 @@ class NvmlBinding:
         self.log_once(names[0], reason, log_level if permanent else max(log_level, logging.WARNING))
 
     def log_once(self, metric: str, reason: str, level: int = logging.WARNING) -> None:
-        if (metric, reason) not in self._logged:
-            self._logged.add((metric, reason))
-            log.log(level, "%s n/a: %s", metric, reason)
+        """Logs "<metric> n/a: <reason>", once per metric and reason."""
+        self._log_once(("n/a", metric, reason), "%s n/a: %s", metric, reason, level=level)
 
     # ------------------------------------------------------------------ structures
 

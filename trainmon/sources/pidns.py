@@ -7,7 +7,7 @@ namespace (SO_PEERCRED on the Unix socket; for loopback TCP, the process holding
 the last field is the pid the process sees itself as. Workers are found among the main process's
 descendants by that last field. A pid that cannot be mapped is never read, sampled or dumped.
 
-Standard library only; every function takes ``proc_root`` (tests give a fake tree) and never raises.
+Standard library only; every function takes ``proc_root`` (tests give a fake tree) and, but `tcp_row`, never raises.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 OWN = "own"  # the training shares the monitor's pid namespace: its pids are the monitor's
 MAPPED = "mapped"  # another namespace, its main process found in the monitor's
 UNMAPPED = "unmapped"  # another namespace (or a peer the monitor cannot see): its pids are not the monitor's
-NAMESPACES = (OWN, MAPPED, UNMAPPED)
 
 MAX_DESCENDANTS = 4096  # processes walked to map workers (a training's tree is far smaller)
 MAX_FD_SCAN = 20000  # descriptor links read to find who holds a loopback socket
@@ -145,18 +144,31 @@ def socket_holders(inode: int, proc_root: str = "/proc", limit: int = MAX_FD_SCA
     return out
 
 
+# Columns of a /proc/net/tcp{,6} row: sl, local_address, rem_address, st, tx_queue:rx_queue, tr:tm->when,
+# retrnsmt, uid, timeout, inode, …
+TCP_LOCAL, TCP_REMOTE, TCP_UID, TCP_INODE = 1, 2, 7, 9
+
+
+def tcp_row(table: str, local: str, remote: str) -> list[str] | None:
+    """The columns of the row of /proc/net/tcp{,6} ``table`` that lists the socket with these local and remote
+    addresses (as the table prints them), None where no row does. Raises OSError where the table cannot be read:
+    its callers tell that apart from a socket not listed."""
+    with open(table) as fh:
+        for line in fh:
+            fields = line.split()
+            if len(fields) > TCP_INODE and fields[TCP_LOCAL] == local and fields[TCP_REMOTE] == remote:
+                return fields
+    return None
+
+
 def tcp_inode(table: str, local: str, remote: str) -> int | None:
     """The inode of the socket listed in /proc/net/tcp{,6} ``table`` with these local and remote addresses
     (as the table prints them)."""
     try:
-        with open(table) as fh:
-            for line in fh:
-                fields = line.split()
-                if len(fields) > 9 and fields[1] == local and fields[2] == remote:
-                    return int(fields[9]) or None
+        row = tcp_row(table, local, remote)
+        return (int(row[TCP_INODE]) or None) if row is not None else None
     except (OSError, ValueError):
         return None
-    return None
 
 
 def pick_peer(agent_pid: int, holders: list[int], proc_root: str = "/proc") -> int | None:

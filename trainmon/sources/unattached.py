@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainmon.sources.base import Source
 from trainmon.sources.discover import Discovery, Training, read_cmdline, script_name
 
 log = logging.getLogger("trainmon.unattached")
@@ -54,10 +55,11 @@ def _default_sampler(pid: int) -> Sampler:
     return PySpySampler(pid)
 
 
-class UnattachedRuns:
+class UnattachedRuns(Source):
     """A Source: discovers trainings each tick, keeps a sampled run for each one no agent reports."""
 
     name = "discover"
+    logger = log
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class UnattachedRuns:
         make_sampler: Callable[[int], Sampler] = _default_sampler,
         settle_s: float = SETTLE_S,
     ) -> None:
+        super().__init__()
         self.sink = sink
         self.agent_pids = agent_pids
         self.discovery = discovery or Discovery()
