@@ -54,6 +54,7 @@ class HeldFiles:
         self.limit = limit
         self._fds: dict[int, dict[str, dict[str, int]]] = {}  # pid → group → name → fd
         self._n = 0
+        self._pids: AbstractSet[int] | None = None  # the pids whose files may be kept (None: any)
         self._lock = threading.Lock()
 
     def read(self, pid: int, group: str, name: str, path: str) -> bytes:
@@ -73,7 +74,7 @@ class HeldFiles:
             except BaseException:
                 os.close(fd)
                 raise
-            if self._n < self.limit:
+            if self._n < self.limit and (self._pids is None or pid in self._pids):
                 self._fds.setdefault(pid, {}).setdefault(group, {})[name] = fd
                 self._n += 1
             else:
@@ -107,12 +108,23 @@ class HeldFiles:
                     os.close(files.pop(name))
                     self._n -= 1
 
+    def keep_pids(self, pids: AbstractSet[int]) -> None:
+        """From now on only files of ``pids`` are kept; those of other pids are closed. A read of a pid no longer
+        tracked (the sampler thread's pass over the set before) keeps nothing: no descriptor outlives tracking."""
+        with self._lock:
+            self._pids = pids
+            for pid in [p for p in self._fds if p not in pids]:
+                self._close_pid(pid)
+
     def forget(self, pid: int) -> None:
         with self._lock:
-            for files in self._fds.pop(pid, {}).values():
-                for fd in files.values():
-                    os.close(fd)
-                    self._n -= 1
+            self._close_pid(pid)
+
+    def _close_pid(self, pid: int) -> None:
+        for files in self._fds.pop(pid, {}).values():
+            for fd in files.values():
+                os.close(fd)
+                self._n -= 1
 
     def close(self) -> None:
         with self._lock:

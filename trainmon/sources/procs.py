@@ -163,6 +163,7 @@ class ProcSource(Source):
         self._roles = roles
         self._workers = frozenset(pid for pid, role in roles.items() if role == "worker")
         self._pids = tuple(sorted(roles))
+        self._held.keep_pids(frozenset(roles))
         self._states.track(self._pids, self._workers)
         return self._pids
 
