@@ -35,7 +35,7 @@ from trainmon.attach.result import (
     one_line,
 )
 from trainmon.attach.symbols import Runtime, SymbolError, locate
-from trainmon.attach.target import alive, preflight
+from trainmon.attach.target import alive, preflight, shadow_stack
 
 SAFE_POINT_SHARE = 0.6  # of the timeout, at most, waiting for a thread to borrow; the rest waits for the agent
 _RESULT_POLL_S = 0.02
@@ -136,6 +136,13 @@ def _with_gdb(pid: int, address: str, runtime: Runtime, result_dir: str, start: 
             EXIT_UNSUPPORTED,
             f"the gdb injector supports x86-64 only (this is {platform.machine()}): use Python 3.14+ on both sides "
             "(sys.remote_exec), `trainmon run`, or `trainmon.agent.attach()` in the script",
+        )
+    if shadow_stack(pid):
+        return failure(
+            pid,
+            EXIT_UNSUPPORTED,
+            f"process {pid} runs with CET shadow stacks, which the gdb injector's calls would break: start the "
+            "training with `trainmon run`, or add `trainmon.agent.attach()` to it",
         )
     if runtime.entry is None or not runtime.safe_points:
         return failure(pid, EXIT_NOT_PYTHON, f"process {pid}: its executable's entry point could not be found")

@@ -9,7 +9,9 @@ code  name                   meaning
 2     (argparse)             bad command line: a PID that is not a positive integer
 3     EXIT_NO_PROCESS        no process with that pid (or it is a thread id, not a process id)
 4     EXIT_NOT_PYTHON        not a Python process, or an interpreter without the symbols the injection needs
-5     EXIT_UNSUPPORTED       the process's Python is older than 3.10, or a platform the injector cannot drive
+                             (a stripped, fully static build)
+5     EXIT_UNSUPPORTED       the process's Python is older than 3.10, or one gdb cannot call into (not x86-64,
+                             CET shadow stacks) where ``sys.remote_exec`` cannot be used either
 6     EXIT_PERMISSION        ptrace refused (Yama ptrace_scope, no CAP_SYS_PTRACE, a non-dumpable process)
 7     EXIT_OTHER_USER        the process belongs to another user
 8     EXIT_NAMESPACE         the process runs in another pid or mount namespace (a container)
@@ -17,7 +19,8 @@ code  name                   meaning
 10    EXIT_EXITED            the process exited, or began shutting down, during the attach
 11    EXIT_TIMEOUT           nothing finished within the timeout (the message says what is still queued)
 12    EXIT_AGENT_FAILED      the code ran in the process but the agent did not start there
-13    EXIT_FAILED            the injection failed for another reason (the message names it)
+13    EXIT_FAILED            anything else, named in the message: a stopped (Ctrl-Z) or already traced process,
+                             a DataLoader worker, a full pending-call queue, an interrupted attach, a gdb error
 ====  =====================  ==========================================================================
 """
 

@@ -16,7 +16,6 @@ from trainmon.attach.result import (
     EXIT_NAMESPACE,
     EXIT_NO_PROCESS,
     EXIT_OTHER_USER,
-    EXIT_UNSUPPORTED,
     AttachResult,
     failure,
 )
@@ -132,13 +131,6 @@ def preflight(pid: int) -> AttachResult | None:
             EXIT_FAILED,
             f"process {pid} is stopped (state T, e.g. Ctrl-Z): resume it first (kill -CONT {pid}), then attach",
         )
-    if "shstk" in _thread_features(pid):
-        return failure(
-            pid,
-            EXIT_UNSUPPORTED,
-            f"process {pid} runs with CET shadow stacks, which the gdb injector's calls would break: start the "
-            "training with `trainmon run` or add `trainmon.agent.attach()` to it",
-        )
     if st.tracer != 0:
         return failure(
             pid,
@@ -147,6 +139,11 @@ def preflight(pid: int) -> AttachResult | None:
             "detach it first, then attach",
         )
     return None
+
+
+def shadow_stack(pid: int) -> bool:
+    """Whether the process runs with x86 CET user shadow stacks (/proc shows it from Linux 6.6 on)."""
+    return "shstk" in _thread_features(pid)
 
 
 def _thread_features(pid: int) -> str:
