@@ -178,6 +178,7 @@ def many(addr: str, n: int) -> dict:
         "left_stopped_or_traced": 0,
         "changes": [],
         "cpu_changes": [],
+        "cpu_noise": [],
     }
     for i in range(n):
         target = Target()
