@@ -174,7 +174,15 @@ def test_another_users_trainings_are_not_read():
 
 
 def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_path, sock_dir):
-    proc = start_training("main-process")
+    # Loading in the main process, about a third of each step (2 ms of CPU per sample, 8 a batch, 20 ms "device").
+    proc = subprocess.Popen(
+        [PY, str(ROOT / "tests" / "workloads" / "plain_loop.py"), "--workers", "0", "--item-ms", "2"],
+        env=plain_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().startswith("start")
     rec = tmp_path / "run.tmrec"
     try:
         time.sleep(1.0)
@@ -213,7 +221,7 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
     )
     (run,) = [r for r in report["runs"] if r["pid"] == proc.pid]
     assert run["measured_by"] == "sampling" and run["attached_at"] is None and run["steps"] is None
-    assert run["name"] == "examples_imagenet.py" and run["dataloader"]["num_workers"] == 0
+    assert run["name"] == "plain_loop.py" and run["dataloader"]["num_workers"] == 0
     assert run["data_wait_samples"] >= 30
     own = [m for m in meters(lines) if t_rec + 2.0 <= m[3] <= t_end]  # sampled from a second after it began
     assert len(own) >= 3, lines[-5:]
@@ -222,9 +230,10 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
     _, d1, b1, _ = own[-1]
     truth = (d1 - d0) / (b1 - b0)
     assert run["data_wait_fraction"] == pytest.approx(truth, abs=0.10), (run["data_wait_fraction"], truth)
-    expected = "input.main_process" if truth > 0.10 else "ok.compute_bound"
-    assert report["verdict"]["code"] == expected, (truth, report["verdict"])
-    assert report["verdict"]["evidence"].get("measured_by") == "sampling"
+    assert truth > 0.15, truth  # the loading is a material share of the step: a starved loop
+    ours = [f for f in [report["verdict"], *report["findings"]] if f["evidence"].get("run") == f"pid {proc.pid}"]
+    assert ours and ours[0]["code"] == "input.main_process", (truth, ours)
+    assert ours[0]["evidence"]["measured_by"] == "sampling" and ours[0]["summary"].startswith("sampled plain_loop.py")
 
 
 def free_port() -> int:
