@@ -41,10 +41,12 @@ class Steps:
     (the newest ``KEEP_MIN_ROWS`` are kept however old); ``total`` counts every step ever completed."""
 
     __slots__ = (
+        "__weakref__",  # readers may keep their own caches of a table, weakly keyed on it
         "_counts",
         "_cum",
         "_exact",
         "cap",
+        "clears",
         "comm",
         "dur",
         "edits",
@@ -78,9 +80,12 @@ class Steps:
         self.comm = array("d")  # time in collectives (comm records), added to the step that holds each span
         self.total = 0  # steps ever completed (the table itself may be trimmed)
         self.edits = 0  # rows changed in place (a measurement added to a finished step) or cleared
-        self.scan: tuple[Any, ...] | None = (
-            None  # the diagnosis's incremental scan for long steps (see diagnose.window)
-        )
+        self.clears = 0  # times the table was emptied (a reader's cache of its rows starts again)
+        # Not the store's: the cache of the diagnosis's incremental scan for long steps, whose logic is
+        # trainmon.diagnose.long_scan.long_candidates (the one reader and writer). It goes once that module keeps
+        # the cache itself (weakly keyed on the table, started again when ``clears`` moves); until then clear()
+        # drops it here.
+        self.scan: tuple[Any, ...] | None = None
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
         self._counts: list[Any] | None = None  # [first block, running counts of rare rows] (see row_counts)
         self._exact: dict[str, list[Any]] = {}  # column -> exact running sums per block (see fsum)
@@ -164,6 +169,7 @@ class Steps:
             del col[:]
         self.total = 0
         self.edits += 1
+        self.clears += 1
         self.scan = None
         self._cum = None
         self._counts = None

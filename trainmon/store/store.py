@@ -12,7 +12,7 @@ from array import array
 from typing import Any, Protocol
 
 from trainmon.metrics import SeriesIndex
-from trainmon.protocol import K_WAIT, events_payload, step_marks
+from trainmon.protocol import events_payload, step_marks
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 
@@ -110,14 +110,14 @@ class Store:
             return max(0, step - seen.step)
         last = counts.get("last", 0)
         if groups > seen.groups or last != seen.last:
-            _resume_mid_step(run, last)
+            run.resume_mid_step(last)
         if run.mode == "opt":
             return max(0, groups - seen.groups)
         waits: dict[int, int] = {int(lid): n for lid, n in (counts.get("wait") or {}).items()}
         if not waits:
             return 0
         train = max(waits, key=lambda lid: waits[lid])
-        _seed_train_loader(run, train, waits[train])
+        run.seed_train_loader(train, waits[train])
         return max(0, waits[train] - seen.waits.get(train, 0))
 
     def events(self, run_id: int, t: float, records: array[int]) -> None:
@@ -223,22 +223,3 @@ class _Seen:
         self.groups += groups
         for lid, n in waits.items():
             self.waits[lid] = self.waits.get(lid, 0) + n
-
-
-# The two helpers below set Run's step-derivation state for a run met mid-way (trainmon/store/run.py).
-
-
-def _resume_mid_step(run: Run, last: int) -> None:
-    """Optimizer steps arriving before any batch belong to the step the agent was in (a first
-    optimizer step ends it if its batch went to the old monitor; more optimizers of it end nothing)."""
-    run._seen_any_wait = True  # so further optimizers of that step close nothing
-    if last == K_WAIT:
-        run._cur_batches = max(run._cur_batches, 1)
-
-
-def _seed_train_loader(run: Run, lid: int, batches: int) -> None:
-    """Loader-driven steps: the train loader is the most iterated one over the whole run, not since the restart."""
-    info = run._loader(lid)
-    info.batches = max(info.batches, batches)
-    if run._train is None:
-        run._train = lid
