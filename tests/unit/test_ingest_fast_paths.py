@@ -67,7 +67,11 @@ def _state(run: Run) -> Any:
 
     steps = {name: norm(getattr(run.steps, name)) for name in ("start", "end", "dur", "wait", "samples", "warm")}
     loaders = {lid: (info.batches, info.wait_s.hex()) for lid, info in run.loaders.items()}
-    own = {k: norm(v) for k, v in vars(run).items() if k.startswith("_cur") or k in ("mode", "_train", "eval_wait_s")}
+    state = [*vars(run).items(), *vars(run.deriver).items()]  # the step state machine is the run's deriver
+    kept = ("mode", "train", "_train", "eval_wait_s", "last_end", "warm_until", "seen_any_wait", "last_wait_loader")
+    own = {
+        k: norm(v) for k, v in state if k.startswith(("_cur", "cur_")) or k in (*kept, "pending_wait", "train_ended")
+    }
     return steps, run.steps.total, loaders, own, run.checkpoints, run.marks
 
 

@@ -56,7 +56,6 @@ class Steps:
         "keep_s",
         "loader",
         "samples",
-        "scan",
         "start",
         "total",
         "wait",
@@ -81,11 +80,6 @@ class Steps:
         self.total = 0  # steps ever completed (the table itself may be trimmed)
         self.edits = 0  # rows changed in place (a measurement added to a finished step) or cleared
         self.clears = 0  # times the table was emptied (a reader's cache of its rows starts again)
-        # Not the store's: the cache of the diagnosis's incremental scan for long steps, whose logic is
-        # trainmon.diagnose.long_scan.long_candidates (the one reader and writer). It goes once that module keeps
-        # the cache itself (weakly keyed on the table, started again when ``clears`` moves); until then clear()
-        # drops it here.
-        self.scan: tuple[Any, ...] | None = None
         self._cum: list[Any] | None = None  # [first row, running sums of dur, wait, samples] (see prefix_sums)
         self._counts: list[Any] | None = None  # [first block, running counts of rare rows] (see row_counts)
         self._exact: dict[str, list[Any]] = {}  # column -> exact running sums per block (see fsum)
@@ -170,7 +164,6 @@ class Steps:
         self.total = 0
         self.edits += 1
         self.clears += 1
-        self.scan = None
         self._cum = None
         self._counts = None
         self._exact.clear()
