@@ -153,13 +153,10 @@ class Run:
 
     @property
     def job_key(self) -> tuple[Any, ...]:
-        """Runs sharing a job: same launcher rendezvous, or the same trainmon run."""
-        job = self.hello.get("job") or {}
-        if job.get("TRAINMON_JOB"):
-            return ("trainmon", job["TRAINMON_JOB"])
-        if job.get("TORCHELASTIC_RUN_ID") or job.get("MASTER_PORT"):
-            return ("dist", job.get("TORCHELASTIC_RUN_ID"), job.get("MASTER_ADDR"), job.get("MASTER_PORT"))
-        return ("pid", self.host, self.pid)
+        """What groups runs as ranks of one job (the straggler and communication rules): their ``job_id``, the
+        one identity reports, Prometheus labels and the cluster view use too; a lone process is a job of its own."""
+        ident = self.job_id
+        return ("job", ident) if ident else ("pid", self.host, self.pid)
 
     def train_loader(self) -> LoaderInfo | None:
         return self.deriver.train_loader()
