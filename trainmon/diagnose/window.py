@@ -9,7 +9,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from trainmon.diagnose.long_scan import long_candidates
 from trainmon.diagnose.rows import gather, sample_stride, segments_of
@@ -17,9 +17,6 @@ from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.steps import Steps
-
-if TYPE_CHECKING:
-    from trainmon.diagnose.change import Change
 
 T = TypeVar("T")
 
@@ -291,7 +288,8 @@ class WindowMemo:
 
     def __init__(self) -> None:
         self.windows: LatestByRun[RunWindow] = LatestByRun()
-        self.live: LatestByRun[tuple[RunWindow, Change | None]] = LatestByRun()
+        # (window, its change.Change or None): typed loosely, since change.py builds on this module
+        self.live: LatestByRun[tuple[RunWindow, Any]] = LatestByRun()
 
     def retain(self, runs: Iterable[Run]) -> None:
         """Forget every run not among ``runs`` (the store's)."""
