@@ -1,0 +1,158 @@
+"""The protocol between the in-process agent and the monitor (standard library only: it runs in the user's job).
+
+Every name is importable from here, as both sides do (``from trainmon import protocol as P``):
+
+- `trainmon.protocol.wire`: the wire format: preamble, frames, record kinds, encoding and decoding, the frame
+  reader with its limits, and the sizes the agent keeps its HELLO to. Both sides.
+- `trainmon.protocol.clean`: what the monitor keeps of each JSON message it receives (or reads back from a
+  recording): known fields, typed and bounded. Monitor side.
+- this module: where the monitor listens, and how the agent finds it (the addresses below).
+
+See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from trainmon.protocol.clean import (
+    FRAMEWORKS,
+    MAX_LIST,
+    MAX_LOADER_ID,
+    MAX_NAMES,
+    PID_NAMESPACES,
+    clean_counts,
+    clean_hello,
+    clean_info,
+)
+from trainmon.protocol.wire import (
+    COMM_OPS,
+    F_AUTH,
+    F_EVENTS,
+    F_HELLO,
+    F_INFO,
+    FRAME_HEADER,
+    FRAME_TYPES,
+    JSON_FRAME_TYPES,
+    K_CKPT,
+    K_COMM,
+    K_EXPOSED,
+    K_GC,
+    K_ITER_END,
+    K_ITER_START,
+    K_MARK,
+    K_OPT,
+    K_PHASE,
+    K_STEP,
+    K_WAIT,
+    KIND_NAMES,
+    MAGIC,
+    MAX_ARG_CHARS,
+    MAX_ARGV,
+    MAX_ARGV_CHARS,
+    MAX_FRAME,
+    MAX_HELLO_FRAME,
+    MAX_JSON_FRAME,
+    PREAMBLE,
+    PREAMBLE_SIZE,
+    RECORD_BYTES,
+    RECORD_FIELDS,
+    VERSION,
+    FrameReader,
+    ProtocolError,
+    bounded_argv,
+    decode_events,
+    decode_json,
+    events_payload,
+    frame,
+    json_frame,
+    step_marks,
+)
+
+__all__ = [
+    "COMM_OPS",
+    "FRAMEWORKS",
+    "FRAME_HEADER",
+    "FRAME_TYPES",
+    "F_AUTH",
+    "F_EVENTS",
+    "F_HELLO",
+    "F_INFO",
+    "JSON_FRAME_TYPES",
+    "KIND_NAMES",
+    "K_CKPT",
+    "K_COMM",
+    "K_EXPOSED",
+    "K_GC",
+    "K_ITER_END",
+    "K_ITER_START",
+    "K_MARK",
+    "K_OPT",
+    "K_PHASE",
+    "K_STEP",
+    "K_WAIT",
+    "MAGIC",
+    "MAX_ARGV",
+    "MAX_ARGV_CHARS",
+    "MAX_ARG_CHARS",
+    "MAX_FRAME",
+    "MAX_HELLO_FRAME",
+    "MAX_JSON_FRAME",
+    "MAX_LIST",
+    "MAX_LOADER_ID",
+    "MAX_NAMES",
+    "PID_NAMESPACES",
+    "PREAMBLE",
+    "PREAMBLE_SIZE",
+    "RECORD_BYTES",
+    "RECORD_FIELDS",
+    "VERSION",
+    "FrameReader",
+    "ProtocolError",
+    "bounded_argv",
+    "clean_counts",
+    "clean_hello",
+    "clean_info",
+    "decode_events",
+    "decode_json",
+    "default_address",
+    "default_socket_dir",
+    "events_payload",
+    "frame",
+    "json_frame",
+    "parse_tcp",
+    "resolve_address",
+    "step_marks",
+]
+
+# ---------------------------------------------------------------- addresses
+# Defined here, not in a submodule: `resolve_address` calls `default_socket_dir` of this module, the one callers
+# (and tests, with monkeypatch) see as ``protocol.default_socket_dir``.
+
+
+def default_socket_dir() -> str:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base):
+        return os.path.join(base, "trainmon")
+    return os.path.join(tempfile.gettempdir(), f"trainmon-{os.getuid()}")
+
+
+def default_address() -> str:
+    return os.path.join(default_socket_dir(), "monitor.sock")
+
+
+def resolve_address(address: str | None) -> str:
+    """Explicit address, else ``TRAINMON_ADDR``, else the per-user Unix socket."""
+    return address or os.environ.get("TRAINMON_ADDR") or default_address()
+
+
+def parse_tcp(address: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (or ``[v6]:PORT``) → (host, port); a filesystem path → None."""
+    if "/" in address or ":" not in address:
+        return None
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return None
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
