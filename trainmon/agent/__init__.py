@@ -122,28 +122,6 @@ def _env_int(name: str) -> int | None:
         return None
 
 
-def _script_name(orig: list[str]) -> str:
-    """``train.py`` for ``python train.py``, the module for ``python -m pkg.mod``."""
-    args = orig[1:]
-    skip = False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg in ("-W", "-X"):
-            skip = True  # options that take a value
-            continue
-        if arg == "-m" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:]
-        if arg == "-c":
-            return "python -c"
-        if not arg.startswith("-"):
-            return os.path.basename(arg)
-    return os.path.basename(sys.argv[0] or "") or "python"
-
-
 def _hello(name: str | None, session: str) -> dict[str, Any]:
     torch = sys.modules.get("torch")
     # orig_argv keeps "-m module" (sys.argv[0] is still "-m" while sitecustomize runs under trainmon run).
@@ -160,7 +138,7 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
         "ppid": os.getppid(),
         "host": socket.gethostname(),
         "session": session,
-        "name": str(name or _script_name(orig))[:200],
+        "name": str(name or protocol.script_name(orig, os.path.basename(sys.argv[0] or "") or "python"))[:200],
         "argv": argv,
         "rank": rank,
         "local_rank": _env_int("LOCAL_RANK"),

@@ -67,6 +67,7 @@ from trainmon.protocol.wire import (
     events_payload,
     frame,
     json_frame,
+    script_name,
     step_marks,
 )
 
@@ -123,6 +124,7 @@ __all__ = [
     "json_frame",
     "parse_tcp",
     "resolve_address",
+    "script_name",
     "step_marks",
 ]
 

@@ -255,3 +255,27 @@ def bounded_argv(argv: list[str]) -> list[str]:
             break
         out.append(arg)
     return out
+
+
+def script_name(argv: list[str], fallback: str) -> str:
+    """How a training is named: ``train.py`` for ``python train.py --lr 0.1``, the module for ``python -m pkg``,
+    ``python -c`` for a command; ``fallback`` when the arguments name none (an interactive interpreter). The agent
+    names its own process so, and the monitor a process it found running without one (from /proc/PID/cmdline)."""
+    args = argv[1:]
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in ("-W", "-X"):
+            skip = True  # options that take a value
+            continue
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg == "-c":
+            return "python -c"
+        if not arg.startswith("-"):
+            return arg.rsplit("/", 1)[-1]
+    return fallback

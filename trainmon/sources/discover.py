@@ -15,6 +15,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from trainmon.protocol import script_name
+
 log = logging.getLogger("trainmon.discover")
 
 TORCH_MARKERS = (b"/libtorch_cpu.so", b"/libtorch_python.so", b"/libtorch.so", b"/libc10.so")
@@ -55,7 +57,8 @@ class Proc:
 
     @property
     def name(self) -> str:
-        return script_name(self.cmdline)
+        fallback = os.path.basename(self.cmdline[0]) if self.cmdline else "?"
+        return script_name(self.cmdline, fallback)[:200]
 
 
 @dataclass
@@ -84,28 +87,6 @@ class Training:
         if self.launcher is not None:
             return f"launcher-{self.launcher}"
         return None
-
-
-def script_name(cmdline: list[str]) -> str:
-    """``train.py`` for ``python train.py --lr 0.1``, the module for ``python -m pkg``, else the program."""
-    args = cmdline[1:]
-    skip = False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg in ("-W", "-X"):
-            skip = True
-            continue
-        if arg == "-m" and i + 1 < len(args):
-            return args[i + 1][:200]
-        if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:][:200]
-        if arg == "-c":
-            return "python -c"
-        if not arg.startswith("-"):
-            return os.path.basename(arg)[:200]
-    return os.path.basename(cmdline[0])[:200] if cmdline else "?"
 
 
 class Discovery:

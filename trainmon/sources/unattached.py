@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainmon.protocol import script_name
 from trainmon.sources.base import Source
-from trainmon.sources.discover import Discovery, Training, read_cmdline, script_name
+from trainmon.sources.discover import Discovery, Training, read_cmdline
 
 log = logging.getLogger("trainmon.unattached")
 
@@ -198,4 +199,13 @@ def _int(value: str | None) -> int | None:
 
 def _forced_training(pid: int, proc_root: str) -> Training:
     cmdline = read_cmdline(f"{proc_root}/{pid}")
-    return Training(pid, script_name(cmdline) if cmdline else "?", "main", cmdline, {}, [], None, math.inf)
+    return Training(
+        pid,
+        script_name(cmdline, os.path.basename(cmdline[0]))[:200] if cmdline else "?",
+        "main",
+        cmdline,
+        {},
+        [],
+        None,
+        math.inf,
+    )
