@@ -183,6 +183,14 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
         text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline().startswith("start")
+    # Beside it, a Python process that imported torch and does nothing (a notebook kernel): found, not a run.
+    idle = subprocess.Popen(
+        [PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(120)"],
+        env=plain_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert idle.stdout is not None and idle.stdout.readline().startswith("ready")
     rec = tmp_path / "run.tmrec"
     try:
         time.sleep(1.0)
@@ -210,6 +218,8 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
         t_end = time.monotonic()
     finally:
         lines = stop(proc)
+        idle.kill()
+        idle.wait()
     report = json.loads(
         subprocess.run(
             [PY, "-m", "trainmon", "report", str(rec), "--format", "json"],
@@ -220,6 +230,8 @@ def test_record_beside_a_training_started_before_it_reports_it_as_sampled(tmp_pa
         ).stdout
     )
     (run,) = [r for r in report["runs"] if r["pid"] == proc.pid]
+    assert idle.pid not in [r["pid"] for r in report["runs"]]
+    assert {"pid": idle.pid, "name": "python -c"} in report["idle_processes"]
     assert run["measured_by"] == "sampling" and run["attached_at"] is None and run["steps"] is None
     assert run["name"] == "plain_loop.py" and run["dataloader"]["num_workers"] == 0
     assert run["data_wait_samples"] >= 30

@@ -5,13 +5,29 @@ from __future__ import annotations
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.rules import Thresholds
 from trainmon.metrics import GPU
-from trainmon.report.runs import measurement, run_summary
+from trainmon.numbers import is_nan
+from trainmon.report.runs import measurement, run_summary, sampled_wait
 from trainmon.report.schema import IdleProcess, Report, RunRow
 from trainmon.report.series import series_section
 from trainmon.report.stacks import stack_dumps
-from trainmon.report.system import agentless_section, process_figures, pyspy_wait_share, system_section
+from trainmon.report.system import (
+    agentless_section,
+    process_figures,
+    process_figures_pid,
+    pyspy_wait_share,
+    system_section,
+)
 from trainmon.report.verdict import judge
+from trainmon.store.run import Run
 from trainmon.store.store import Store
+
+
+def sampled_trained(store: Store, run: Run, th: Thresholds) -> bool:
+    """Whether a training found running without an agent did anything while it was watched: its main process used
+    a material share of a core, or its main thread was seen waiting on a DataLoader."""
+    cpu = process_figures_pid(store, run.pid).get("cpu_pct")
+    share = sampled_wait(store, run)[0]
+    return (cpu is not None and cpu >= th.sampled_idle_cpu_pct) or (not is_nan(share) and share > th.wait_warning)
 
 
 def build_report(store: Store, th: Thresholds | None = None) -> Report:
@@ -24,10 +40,17 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
         )
         # Processes that attached but never trained (a launcher, a helper script) are not runs; a training sampled
         # until an agent took over is listed once, as the agent's run (with attached_at).
+        # A torch process found running that never did anything while watched (an idle notebook kernel) is no run
+        # either.
         sampled = [r for r in everything if r.measured_by == "sampling" and r.ended != "attached"]
         agents = [r for r in everything if r.measured_by == "agent"]
-        runs = [r for r in agents if r.steps.total or r.loaders] + sampled
-        idle: list[IdleProcess] = [{"pid": r.pid, "name": r.name} for r in agents if not (r.steps.total or r.loaders)]
+        trained = [r for r in sampled if sampled_trained(store, r, th)]
+        runs = [r for r in agents if r.steps.total or r.loaders] + trained
+        idle: list[IdleProcess] = [
+            {"pid": r.pid, "name": r.name}
+            for r in everything
+            if (r in agents and not (r.steps.total or r.loaders)) or (r in sampled and r not in trained)
+        ]
         run_rows: list[RunRow] = [
             {
                 **run_summary(r, store),
