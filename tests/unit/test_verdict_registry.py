@@ -44,7 +44,7 @@ def test_every_threshold_a_verdict_names_exists_and_every_verdict_has_a_colour()
 def test_the_findings_tables_are_the_registrys():
     assert list(CODES) == [v.code for v in VERDICTS]
     assert all(CODES[v.code] == v.meaning for v in VERDICTS)
-    assert IMMEDIATE == frozenset({"stall.hang"})
+    assert frozenset({"stall.hang"}) == IMMEDIATE
     assert PRIORITY["stall.hang"] == 0 and PRIORITY["insufficient_data"] == len(VERDICTS) - 1
     with pytest.raises(ValueError):
         Finding("no.such_code", "ok", "x")
