@@ -158,6 +158,23 @@ def straggler(ctx: RuleContext) -> Finding | None:
             summary += f", and {peers} {verb} {comm:.0%} of each step in collectives for it"
     else:
         summary = f"{who} is the straggler: its steps take {gap + 1:.2f}× those of {peers}"
+    advice = _straggler_advice(who, kind, sub)
+    evidence: dict[str, Any] = {
+        "rank": slow.run.rank,
+        "run": who,
+        "kind": kind,
+        "gap": round(gap, 4),
+        "sub_cause": sub_code,
+        "ranks": _per_rank(ranked, scores),
+    }
+    if kind == "compute":
+        evidence["score"] = round(scores[id(slow)][1], 4)
+        evidence["score_threshold"] = th.straggler_score
+    return Finding("dist.straggler", "critical" if gap >= 0.2 else "warning", summary, [], evidence, advice)
+
+
+def _straggler_advice(who: str, kind: str, sub: Finding | None) -> list[AdviceItem]:
+    """Fix the slow rank first; then its own input cause's advice, or what to check for a compute straggler."""
     advice = [AdviceItem(f"fix {who} first: every other rank waits for it at each synchronisation")]
     if sub is not None and sub.code.startswith("input."):
         advice += sub.advice_items
@@ -176,18 +193,7 @@ def straggler(ctx: RuleContext) -> Finding | None:
         advice.append(
             AdviceItem(f"compare {who}'s host (CPU, disk, GPU clocks) with the others'; rebalance its data shard")
         )
-    evidence: dict[str, Any] = {
-        "rank": slow.run.rank,
-        "run": who,
-        "kind": kind,
-        "gap": round(gap, 4),
-        "sub_cause": sub_code,
-        "ranks": _per_rank(ranked, scores),
-    }
-    if kind == "compute":
-        evidence["score"] = round(scores[id(slow)][1], 4)
-        evidence["score_threshold"] = th.straggler_score
-    return Finding("dist.straggler", "critical" if gap >= 0.2 else "warning", summary, [], evidence, advice)
+    return advice
 
 
 def comm_bound(ctx: RuleContext) -> Finding | None:

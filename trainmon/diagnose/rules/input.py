@@ -14,6 +14,55 @@ from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
+STAGE = AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch")
+NET_ADVICE = (
+    STAGE,
+    AdviceItem(
+        "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
+        "whole batch), more workers, a higher prefetch_factor",
+        {"prefetch_factor": HIGHER},
+        "more remote requests in flight",
+    ),
+    AdviceItem("read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency"),
+)
+DISK_ADVICE = (
+    AdviceItem(
+        "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) and read them in order"
+    ),
+    AdviceItem("copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples"),
+    AdviceItem(
+        "raise num_workers and prefetch_factor to keep more reads in flight",
+        {"num_workers": HIGHER, "prefetch_factor": HIGHER},
+        "more reads in flight",
+    ),
+)
+LATENCY_ADVICE = (
+    AdviceItem(
+        "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
+        "or fetch a whole batch at once (__getitems__)"
+    ),
+    AdviceItem(
+        "raise prefetch_factor so each worker keeps more samples in flight",
+        {"prefetch_factor": HIGHER},
+        "more samples in flight per worker",
+    ),
+)
+STAY_AHEAD = AdviceItem(
+    "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
+    {"persistent_workers": True, "prefetch_factor": 2},
+    "workers stay ahead across epochs",
+    at_least=("prefetch_factor",),
+)
+RCHAR_ADVICE = (
+    STAGE,
+    AdviceItem(
+        "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
+        {"num_workers": HIGHER, "prefetch_factor": HIGHER},
+        "more remote requests in flight",
+    ),
+    AdviceItem("read fewer, larger objects (sharded formats) to amortise per-request latency"),
+)
+
 
 def input_bound(ctx: RuleContext) -> Finding | None:
     w, host, ev, th = ctx.w, ctx.h, ctx.ev, ctx.th
@@ -149,41 +198,9 @@ def _io_finding(
             f"{busy}: remote reads are the bottleneck",
             [],
             evidence,
-            [
-                AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch"),
-                AdviceItem(
-                    "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
-                    "whole batch), more workers, a higher prefetch_factor",
-                    {"prefetch_factor": HIGHER},
-                    "more remote requests in flight",
-                ),
-                AdviceItem(
-                    "read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency"
-                ),
-            ],
+            list(NET_ADVICE),
         )
-    # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
-    block_reads = (
-        not is_nan(read)
-        and read >= th.disk_read_mb_s
-        and (is_nan(rchar) or read >= th.io_block_read_share * rchar)
-        and not is_nan(cpu)
-        and cpu < th.worker_busy_pct
-    )
-    # With the workers' own D-state measured, it decides; host iowait stands in only where it is not.
-    iowait_bound = is_nan(d_state) and not is_nan(host.cpu_iowait) and host.iowait_cores - main_d >= iowait_needed
-    disk_bound = (
-        block_reads
-        or (not is_nan(d_state) and d_state >= th.io_d_state)
-        or (
-            not is_nan(ev.disk_util_max)
-            and ev.disk_util_max >= th.disk_busy_pct
-            and not is_nan(read)
-            and read > th.io_disk_read_mb_s
-        )
-        or iowait_bound
-    )
-    if disk_bound:
+    if _disk_bound(host, ev, th, main_d, iowait_needed):
         disk = (
             f"{ev.disk_busiest} {ev.disk_util_max:.0f}% busy, r_await {ev.disk_await_max:.1f} ms"
             if ev.disk_busiest and not is_nan(ev.disk_util_max)
@@ -201,18 +218,7 @@ def _io_finding(
             f"{pct}; the workers wait on storage: {blocked}, {disk}",
             [],
             evidence,
-            [
-                AdviceItem(
-                    "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) "
-                    "and read them in order"
-                ),
-                AdviceItem("copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples"),
-                AdviceItem(
-                    "raise num_workers and prefetch_factor to keep more reads in flight",
-                    {"num_workers": HIGHER, "prefetch_factor": HIGHER},
-                    "more reads in flight",
-                ),
-            ],
+            list(DISK_ADVICE),
         )
     remote = (
         not is_nan(rchar)
@@ -230,17 +236,66 @@ def _io_finding(
             "of the time: remote reads are the bottleneck",
             [],
             evidence,
-            [
-                AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch"),
-                AdviceItem(
-                    "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
-                    {"num_workers": HIGHER, "prefetch_factor": HIGHER},
-                    "more remote requests in flight",
-                ),
-                AdviceItem("read fewer, larger objects (sharded formats) to amortise per-request latency"),
-            ],
+            list(RCHAR_ADVICE),
         )
     return None
+
+
+def _disk_bound(host: HostWindow, ev: Evidence, th: Thresholds, main_d: float, iowait_needed: float) -> bool:
+    """Whether the workers wait on the local disk: block reads without CPU work, their own D state, a busy disk
+    they read from, or (only where their D state is unknown) host iowait covering them."""
+    d_state = ev.workers_mean("state_d")
+    read = ev.workers_sum("read_mb_s")
+    rchar = ev.workers_sum("rchar_mb_s")
+    cpu = ev.workers_mean("cpu_pct")
+    # Workers that read a lot from the block layer yet are not CPU-bound are waiting on the disk.
+    block_reads = (
+        not is_nan(read)
+        and read >= th.disk_read_mb_s
+        and (is_nan(rchar) or read >= th.io_block_read_share * rchar)
+        and not is_nan(cpu)
+        and cpu < th.worker_busy_pct
+    )
+    # With the workers' own D-state measured, it decides; host iowait stands in only where it is not.
+    iowait_bound = is_nan(d_state) and not is_nan(host.cpu_iowait) and host.iowait_cores - main_d >= iowait_needed
+    busy_disk = (
+        not is_nan(ev.disk_util_max)
+        and ev.disk_util_max >= th.disk_busy_pct
+        and not is_nan(read)
+        and read > th.io_disk_read_mb_s
+    )
+    return block_reads or (not is_nan(d_state) and d_state >= th.io_d_state) or busy_disk or iowait_bound
+
+
+def _workers_cpu(
+    host: HostWindow,
+    severity: str,
+    evidence: dict[str, Any],
+    pct: str,
+    n: int,
+    cpu: float,
+    runq: float,
+    full: bool,
+) -> Finding:
+    """CPU-bound workers that more workers cannot help: the host is saturated, or ``full`` (as many as its cores)."""
+    starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
+    if full:
+        why = f"there are already {n} workers for {host.cores} usable cores"
+    else:
+        why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
+    return Finding(
+        "input.workers_cpu",
+        severity,
+        f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
+        if not is_nan(cpu)
+        else f"{pct} and {why}: preprocessing is CPU-bound",
+        [
+            "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+            "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+            f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
+        ],
+        evidence,
+    )
 
 
 def _cpu_finding(
@@ -275,24 +330,7 @@ def _cpu_finding(
     suggested = _advise(evidence, max(needed, n + 1), cpu_bound, host.cores, th)
     full = cpu_bound and suggested <= n  # as many CPU-bound workers as usable cores already
     if cpu_bound and (saturated or full):
-        starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
-        if full and not saturated:
-            why = f"there are already {n} workers for {host.cores} usable cores"
-        else:
-            why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
-        return Finding(
-            "input.workers_cpu",
-            severity,
-            f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
-            if not is_nan(cpu)
-            else f"{pct} and {why}: preprocessing is CPU-bound",
-            [
-                "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
-                "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
-                f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
-            ],
-            evidence,
-        )
+        return _workers_cpu(host, severity, evidence, pct, n, cpu, runq, full and not saturated)
     if not cpu_bound and suggested <= n:
         return Finding(
             "input.too_few_workers",
@@ -307,15 +345,7 @@ def _cpu_finding(
                     "not throughput",
                     names=("num_workers",),
                 ),
-                AdviceItem(
-                    "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
-                    "or fetch a whole batch at once (__getitems__)"
-                ),
-                AdviceItem(
-                    "raise prefetch_factor so each worker keeps more samples in flight",
-                    {"prefetch_factor": HIGHER},
-                    "more samples in flight per worker",
-                ),
+                *LATENCY_ADVICE,
             ],
         )
     if cpu_bound:
@@ -344,12 +374,7 @@ def _cpu_finding(
                 {"num_workers": suggested},
                 why,
             ),
-            AdviceItem(
-                "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
-                {"persistent_workers": True, "prefetch_factor": 2},
-                "workers stay ahead across epochs",
-                at_least=("prefetch_factor",),
-            ),
+            STAY_AHEAD,
         ],
     )
 
