@@ -282,6 +282,7 @@ PYSPY = Family(
         "data_wait_share": Field("share", "main-thread samples inside a DataLoader's __next__"),
         "checkpoint_share": Field("share", "main-thread samples inside a checkpoint save"),
         "samples": Field("count", "main-thread samples taken since the previous tick"),
+        "data_wait_se": Field("share", "binomial standard error of data_wait_share: sqrt(p(1-p)/samples)"),
     },
 )
 

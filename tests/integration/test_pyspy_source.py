@@ -74,6 +74,30 @@ for step, x in enumerate(loader):
 """
 )
 
+WORKER_BOUND = (
+    TRAIN_PRELUDE
+    + """
+class SlowDataset(Dataset):
+    def __len__(self):
+        return 10**6
+
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return torch.zeros(8)
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(SlowDataset(), batch_size=4, num_workers=1)
+for step, x in enumerate(loader):
+    loss = model(x).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 2:
+        print("ready", flush=True)
+"""
+)
+
 COMPUTE_BOUND = (
     TRAIN_PRELUDE
     + """
@@ -302,12 +326,14 @@ def test_permission_denied_names_the_fix(
 # ---------------------------------------------------------------- agentless sampling of real training
 
 
-def _sample_training(spawn, source: str, seconds: float = 3.0) -> tuple[dict[str, float], PySpySampler, int]:
+def _sample_training(
+    spawn, source: str, seconds: float = 3.0, **kwargs: float
+) -> tuple[dict[str, float], PySpySampler, int]:
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
     proc = spawn(source)
     _dump_or_skip(proc.pid)
-    sampler = PySpySampler(proc.pid, interval=0.05)
+    sampler = PySpySampler(proc.pid, interval=0.05, **kwargs)
     try:
         time.sleep(seconds)
     finally:
@@ -321,9 +347,27 @@ def test_sampler_sees_data_wait_in_a_data_bound_training(pyspy_bin: str, spawn) 
     values, sampler, pid = _sample_training(spawn, DATA_BOUND)
     assert values[f"pyspy.{pid}.samples"] >= 10, values
     assert values[f"pyspy.{pid}.data_wait_share"] > 0.6, values
+    share, n = values[f"pyspy.{pid}.data_wait_share"], values[f"pyspy.{pid}.samples"]
+    assert values[f"pyspy.{pid}.data_wait_se"] == pytest.approx(math.sqrt(share * (1 - share) / n))
     assert all("dataloader.py" not in label for label, _ in sampler.hot_frames())
     again = sampler.sample()  # nothing new since the previous call
     assert again[f"pyspy.{pid}.samples"] == 0 and math.isnan(again[f"pyspy.{pid}.data_wait_share"])
+    assert math.isnan(again[f"pyspy.{pid}.data_wait_se"])
+
+
+def test_sampler_counts_an_idle_main_thread_waiting_on_a_worker(pyspy_bin: str, spawn) -> None:
+    """The main thread blocked in the DataLoader's queue.get is idle: py-spy record drops it without --idle."""
+    values, _, pid = _sample_training(spawn, WORKER_BOUND)
+    assert values[f"pyspy.{pid}.samples"] >= 10, values
+    assert values[f"pyspy.{pid}.data_wait_share"] > 0.6, values
+
+
+def test_close_keeps_the_samples_of_the_chunk_under_way(pyspy_bin: str, spawn) -> None:
+    values, sampler, pid = _sample_training(spawn, DATA_BOUND, seconds=2.5, chunk=60)
+    assert sampler.dumps == 1 and sampler.dump_seconds < 30  # one py-spy run, ended early by close()
+    assert values[f"pyspy.{pid}.samples"] >= 10, values
+    assert sampler.rate_hz == 20
+    assert 0 < sampler.cpu_seconds < sampler.dump_seconds
 
 
 def test_sampler_sees_compute_in_a_compute_bound_training(pyspy_bin: str, spawn) -> None:

@@ -109,3 +109,39 @@ def test_parse_tolerates_odd_output() -> None:
     result = stacks.parse_dump(7, '[{"thread_id": 3, "thread_name": null, "os_thread_id": null, "frames": [{}]}]')
     assert result.error is None and result.threads[0].name == "?" and not result.threads[0].is_main
     assert result.threads[0].frames[0].label() == "? (?:0)"
+
+
+RAW = (
+    "py-spy> Sampling process 50 times a second for 1 seconds. Press Control-C to exit.\n"
+    "\n"
+    f"thread (4242): MainThread;<module> (/home/u/train.py:90);train (/home/u/train.py:40);"
+    f"_BaseDataLoaderIter.__next__ ({DL}:733);_MultiProcessingDataLoaderIter._next_data ({DL}:1480);"
+    f"_MultiProcessingDataLoaderIter._get_data ({DL}:1442);Queue.get (/usr/lib/python3.11/queue.py:180) 31\n"
+    f"thread (4242): MainThread;<module> (/home/u/train.py:90);train (/home/u/train.py:44);"
+    f"Linear.forward ({SITE}torch/nn/modules/linear.py:125) 17\n"
+    "thread (4250): QueueFeederThread;Thread._bootstrap (/usr/lib/python3.11/threading.py:995) 48\n"
+    "thread (0x7F3A2B): MainThread;<module> (train.py:3) 2\n"
+    "thread (4242): MainThread;odd frame without a place 1\n"
+    "not a stack line 5\n"
+    "thread (4242): MainThread;<module> (/home/u/train.py:90) many\n"
+    "py-spy> Wrote raw flamegraph data to '/tmp/x'. Samples: 99 Errors: 1\n"
+)
+
+
+def test_parse_collapsed_record_output() -> None:
+    parsed = stacks.parse_collapsed(4242, RAW)
+    assert [n for _, n in parsed] == [31, 17, 48, 2, 1]  # messages and malformed lines skipped
+    wait, compute, feeder, hex_main, odd = (thread for thread, _ in parsed)
+    assert wait.is_main and wait.os_thread_id == 4242 and wait.name == "MainThread"
+    assert [f.name for f in wait.frames][:2] == [
+        "Queue.get",
+        "_MultiProcessingDataLoaderIter._get_data",
+    ]  # innermost first
+    assert wait.frames[-1].label() == "<module> (train.py:90)"
+    assert compute.frames[0].filename == SITE + "torch/nn/modules/linear.py"
+    assert compute.frames[0].short == "torch/nn/modules/linear.py" and compute.frames[0].line == 125
+    assert stacks.classify(wait) == DATA_WAIT and stacks.classify(compute) == COMPUTE
+    assert not feeder.is_main and feeder.name == "QueueFeederThread"
+    assert hex_main.is_main and hex_main.os_thread_id is None  # no native id: told by its name
+    assert hex_main.frames[0].short == "train.py"  # py-spy's own short name kept as it is
+    assert odd.frames[0].label() == "odd frame without a place (?:0)"

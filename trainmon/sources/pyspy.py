@@ -4,8 +4,11 @@ Everything here fails open: a missing binary, denied ptrace, an exited process o
 ``error`` string with the reason and the fix, never an exception.
 
 py-spy notes that shape this module (see docs/architecture.md):
-- ``dump`` has no ``--idle`` flag and always reports idle threads; ``record``/``top`` would drop them, and a main
-  thread blocked in the DataLoader's ``queue.get`` is idle, so sampling goes through ``dump``.
+- ``dump`` always reports idle threads; ``record`` only with ``--idle``, and a main thread blocked in the
+  DataLoader's ``queue.get`` is idle, so sampling records with ``--idle``.
+- Sampling is one ``record`` per chunk of seconds, not one ``dump`` per sample: a dump reads the stack at the end
+  of its own start-up, later when the training's threads fill the cores than when it waits on data, which leans
+  the samples towards data waits (benchmarks/sampling_accuracy.py).
 - ``dump --json`` ignores ``--subprocesses``: each pid is dumped on its own.
 - ``--nonblocking`` never pauses the training process; a stack may be slightly torn, which sampling tolerates.
 """
@@ -16,16 +19,21 @@ import collections
 import logging
 import math
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from contextlib import suppress
+from dataclasses import dataclass, field
 
 import psutil
 
 from trainmon.metrics import PYSPY
-from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_dump
+from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, ThreadStack, classify, parse_collapsed, parse_dump
 
 log = logging.getLogger("trainmon.pyspy")
 
@@ -149,7 +157,7 @@ def process_gone(pid: int) -> bool:
 _PERMISSION_MARKERS = ("permission denied", "operation not permitted", "os error 1)", "os error 13)")
 
 
-def _explain_failure(pid: int, stderr: str, returncode: int) -> str:
+def _explain_failure(pid: int, stderr: str, returncode: int, command: str = "dump") -> str:
     if process_gone(pid):
         return f"process {pid} has exited"
     low = stderr.lower()
@@ -158,7 +166,7 @@ def _explain_failure(pid: int, stderr: str, returncode: int) -> str:
     first = _first_error_line(stderr)
     if "failed to find python version" in low or "failed to find a python interpreter" in low:
         return f"process {pid} does not look like a Python process (py-spy: {first})"
-    return f"py-spy dump of pid {pid} failed (exit {returncode}): {first}"
+    return f"py-spy {command} of pid {pid} failed (exit {returncode}): {first}"
 
 
 def _first_error_line(stderr: str) -> str:
@@ -226,6 +234,116 @@ def _dump(pid: int, timeout: float) -> StackDump:
     return result
 
 
+# ---------------------------------------------------------------- record: a steady stream of samples
+
+
+# --idle: a main thread blocked in the DataLoader's queue.get is idle, and record drops idle threads without it.
+# --threads: names each stack's thread, so the main thread's samples can be told from the others'.
+RECORD_FLAGS = ("--format", "raw", "--idle", "--nonblocking", "--threads", "--full-filenames")
+_POLL_S = 0.25
+_REAP_POLL_S = 0.01
+_SAMPLES_LINE = re.compile(r"Samples: (\d+) Errors: (\d+)")
+
+
+@dataclass
+class Recording:
+    """What one ``py-spy record`` run saw: each distinct stack of each thread with its count."""
+
+    pid: int
+    stacks: list[tuple[ThreadStack, int]] = field(default_factory=list)
+    error: str | None = None
+    elapsed_s: float = 0.0  # wall time of the py-spy run
+    cpu_s: float = 0.0  # py-spy's own user + system CPU time
+    read_errors: int = 0  # samples py-spy could not read (a stack torn by --nonblocking)
+
+    def main_thread_stacks(self) -> list[tuple[ThreadStack, int]]:
+        return [(thread, n) for thread, n in self.stacks if thread.is_main and thread.frames]
+
+
+def record(
+    pid: int, seconds: int, rate: int, output: str, *, stop: threading.Event | None = None, timeout: float = 5.0
+) -> Recording:
+    """Sample every thread of ``pid`` ``rate`` times a second for ``seconds`` with one ``py-spy record`` (its
+    sampler waits an exponentially distributed time between samples, which cannot alias with a periodic loop),
+    writing to ``output``. Setting ``stop`` ends the run early with what it has sampled. Never raises."""
+    binary = find_pyspy()
+    if binary is None:
+        return Recording(pid, error=NOT_FOUND)
+    if process_gone(pid):
+        return Recording(pid, error=f"process {pid} has exited")
+    log_path = output + ".log"
+    cmd = [binary, "record", "--pid", str(pid), "--rate", str(rate), "--duration", str(seconds), "-o", output]
+    t0 = time.monotonic()
+    try:
+        with suppress(FileNotFoundError):
+            os.unlink(output)
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen(
+                [*cmd, *RECORD_FLAGS],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, RUST_BACKTRACE="0"),
+            )
+    except FileNotFoundError:
+        return Recording(pid, error=NOT_FOUND)
+    except OSError as exc:
+        return Recording(pid, error=f"cannot run py-spy ({binary}): {exc.strerror or exc}")
+    code, cpu, interrupted = _wait_rusage(proc, seconds, seconds + timeout, stop)
+    result = Recording(pid, elapsed_s=time.monotonic() - t0, cpu_s=cpu)
+    log_text = _read_text(log_path)
+    if code is None:
+        result.error = f"py-spy record of pid {pid} timed out after {seconds + timeout:g} s"
+        return result
+    if code != 0 and not interrupted:
+        result.error = _explain_failure(pid, log_text, code, "record")
+        return result
+    if m := _SAMPLES_LINE.search(log_text):
+        result.read_errors = int(m[2])
+    result.stacks = parse_collapsed(pid, _read_text(output))
+    return result
+
+
+def _wait_rusage(
+    proc: subprocess.Popen[bytes], seconds: float, limit: float, stop: threading.Event | None
+) -> tuple[int | None, float, bool]:
+    """Wait for ``proc``, due to end after ``seconds`` (SIGINT when ``stop`` is set: py-spy then writes what it has;
+    SIGKILL past ``limit`` s), reaping it with wait4 for its CPU time. (exit code, or None when killed for time;
+    CPU seconds; whether it was interrupted)."""
+    t0 = time.monotonic()
+    due, deadline = t0 + seconds, t0 + limit
+    interrupted = False
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else (a SIGCHLD handler): its code and CPU are lost
+            proc.returncode = 0
+            return 0, 0.0, interrupted
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            timed_out = time.monotonic() > deadline and proc.returncode == -signal.SIGKILL
+            return None if timed_out else proc.returncode, usage.ru_utime + usage.ru_stime, interrupted
+        now = time.monotonic()
+        if now > deadline:
+            proc.kill()
+        elif stop is not None and stop.is_set() and not interrupted:
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+            deadline = min(deadline, now + 5.0)
+        if now < due and stop is not None and not interrupted:
+            stop.wait(min(_POLL_S, due - now))  # idle until the run is due to end, woken at once by close()
+        else:
+            time.sleep(_REAP_POLL_S)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 # ---------------------------------------------------------------- sampling
 
 
@@ -234,27 +352,46 @@ def _is_fatal(error: str) -> bool:
 
 
 class PySpySampler:
-    """Agentless sampling: dump the main thread of ``pid`` every ``interval`` s on a background thread.
+    """Agentless sampling of the main thread of ``pid``: a background thread runs ``py-spy record`` for ``chunk``
+    seconds at a time, about one sample every ``interval`` seconds at exponentially distributed moments.
 
-    ``sample()`` turns the samples gathered since the previous call into shares; ``hot_frames()`` names the
-    hottest innermost frames outside data waits over a rolling window of recent samples.
+    One long-lived py-spy per chunk, rather than one ``py-spy dump`` per sample, because a dump reads the stack
+    only at the end of its own start-up (tens of ms of CPU): on a host whose cores the training fills, that end
+    comes later when the training computes than when it waits on data, and the samples lean towards data waits.
+    py-spy's sampler thread, once started, wakes and reads within a scheduler slice.
+
+    ``sample()`` turns the samples of the chunks finished since the previous call into shares (each sample stands
+    for the same time, 1/rate); ``hot_frames()`` names the hottest innermost frames outside data waits over a
+    rolling window of recent samples.
     """
 
     def __init__(
-        self, pid: int, interval: float = 0.2, *, timeout: float = 5.0, window: int = 300, start: bool = True
+        self,
+        pid: int,
+        interval: float = 0.02,
+        *,
+        timeout: float = 5.0,
+        window: int = 300,
+        start: bool = True,
+        chunk: float = 1.0,
     ) -> None:
         self.pid = pid
-        self.interval = max(0.01, interval)
+        self.interval = max(0.001, interval)
+        self.rate_hz = max(1, round(1 / self.interval))
+        self.chunk_s = max(1, math.ceil(chunk))  # py-spy's --duration takes whole seconds
         self.timeout = timeout
         self.error: str | None = None
         self.errors = 0
-        self.dumps = 0
-        self.dump_seconds = 0.0  # total wall time spent in py-spy, for cost accounting
+        self.dumps = 0  # py-spy runs
+        self.dump_seconds = 0.0  # their wall time
+        self.cpu_seconds = 0.0  # py-spy's CPU time plus this sampler thread's, for cost accounting
+        self.read_errors = 0  # samples py-spy could not read
         self._lock = threading.Lock()
         self._counts: collections.Counter[str] = collections.Counter()
         self._recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=max(1, window))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._tmpdir: str | None = None
         if start:
             self.start()
 
@@ -270,10 +407,11 @@ class PySpySampler:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop sampling; the chunk under way ends early and its samples still count."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.timeout + 1.0)
+            thread.join(timeout=self.timeout + 6.0)
 
     def __enter__(self) -> PySpySampler:
         return self
@@ -283,43 +421,61 @@ class PySpySampler:
 
     def _loop(self) -> None:
         delay = 0.0
-        while not self._stop.wait(delay):
-            t0 = time.monotonic()
-            try:
-                fatal = self.sample_once()
-            except Exception as exc:  # never let the sampler thread die with a traceback
-                log.debug("py-spy sampler for %s failed", self.pid, exc_info=True)
-                self.error, fatal = f"py-spy sampler failed: {exc}", False
-            if fatal:
-                log.info("py-spy sampling of pid %s stopped: %s", self.pid, self.error)
-                return
-            spent = time.monotonic() - t0
-            backoff = min(5.0, self.interval * 2 ** min(self.errors, 5)) if self.error else self.interval
-            delay = max(0.0, backoff - spent)
+        try:
+            while not self._stop.wait(delay):
+                t0 = time.monotonic()
+                cpu0 = time.thread_time()
+                try:
+                    fatal = self.sample_once()
+                except Exception as exc:  # never let the sampler thread die with a traceback
+                    log.debug("py-spy sampler for %s failed", self.pid, exc_info=True)
+                    self.error, fatal = f"py-spy sampler failed: {exc}", False
+                with self._lock:
+                    self.cpu_seconds += time.thread_time() - cpu0
+                if fatal:
+                    log.info("py-spy sampling of pid %s stopped: %s", self.pid, self.error)
+                    return
+                spent = time.monotonic() - t0
+                delay = max(0.0, min(5.0, self.chunk_s * 2 ** min(self.errors, 5)) - spent) if self.error else 0.0
+        finally:
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                self._tmpdir = None
 
     def sample_once(self) -> bool:
-        """Take one sample now; True when sampling cannot succeed any more (no binary, no permission, exited)."""
-        result = dump(self.pid, self.timeout)
+        """Take one chunk of samples now; True when sampling cannot succeed any more (no binary, no permission,
+        the process exited)."""
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="trainmon-pyspy-")
+        output = os.path.join(self._tmpdir, "stacks.txt")
+        result = record(self.pid, self.chunk_s, self.rate_hz, output, stop=self._stop, timeout=self.timeout)
         with self._lock:
             self.dumps += 1
             self.dump_seconds += result.elapsed_s
+            self.cpu_seconds += result.cpu_s
+            self.read_errors += result.read_errors
         if result.error is not None:
             self.errors += 1
             self.error = result.error
             return _is_fatal(result.error)
-        main = result.main_thread()
-        if main is None or not main.frames:
+        main = result.main_thread_stacks()
+        if not main:
+            if not self._stop.is_set() and process_gone(self.pid):
+                self.error = f"process {self.pid} has exited"
+                return True
             return False
         self.error = None
         self.errors = 0
-        kind = classify(main)
         with self._lock:
-            self._counts[kind] += 1
-            self._recent.append((kind, main.frames[0].label()))
+            for thread, n in main:
+                kind = classify(thread)
+                self._counts[kind] += n
+                self._recent.extend([(kind, thread.frames[0].label())] * min(n, self._recent.maxlen or n))
         return False
 
     def sample(self, now: float | None = None) -> dict[str, float]:
-        """Shares of the samples taken since the previous call; NaN shares when there were none."""
+        """Shares of the samples gathered since the previous call, and the data-wait share's binomial standard
+        error sqrt(p(1-p)/n); NaN shares when there were none."""
         with self._lock:
             counts, self._counts = self._counts, collections.Counter()
         n = sum(counts.values())
@@ -327,10 +483,12 @@ class PySpySampler:
         def share(kind: str) -> float:
             return counts[kind] / n if n else math.nan
 
+        wait = share(DATA_WAIT)
         return {
-            PYSPY.key(self.pid, "data_wait_share"): share(DATA_WAIT),
+            PYSPY.key(self.pid, "data_wait_share"): wait,
             PYSPY.key(self.pid, "checkpoint_share"): share(CHECKPOINT),
             PYSPY.key(self.pid, "samples"): float(n),
+            PYSPY.key(self.pid, "data_wait_se"): math.sqrt(wait * (1 - wait) / n) if n else math.nan,
         }
 
     def hot_frames(self, n: int = 5) -> list[tuple[str, float]]:

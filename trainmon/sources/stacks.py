@@ -1,7 +1,9 @@
-"""Python stacks as py-spy reports them: the data model, the JSON parser, and what a main-thread sample was doing.
+"""Python stacks as py-spy reports them: the data model, the parsers of ``dump --json`` and of ``record --format
+raw``, and what a main-thread sample was doing.
 
 py-spy's ``dump --json`` reports idle threads too (a main thread blocked in the DataLoader's ``queue.get`` is
-idle), and ignores ``--subprocesses``: each pid is parsed on its own.
+idle), and ignores ``--subprocesses``: each pid is parsed on its own. ``record`` reports idle threads only with
+``--idle``.
 """
 
 from __future__ import annotations
@@ -151,6 +153,56 @@ def parse_dump(pid: int, text: str) -> StackDump:
     # Threads of other processes only appear with --subprocesses, which dump --json ignores; filter anyway.
     threads = [_parse_thread(pid, t) for t in raw if isinstance(t, dict) and t.get("pid", pid) == pid]
     return StackDump(pid, threads=threads)
+
+
+def _parse_collapsed_frame(text: str) -> Frame:
+    """``name (path:line)``, as ``record --format raw`` writes a frame."""
+    name, sep, where = text.rpartition(" (")
+    if not sep or not where.endswith(")"):
+        return Frame(name=text or "?", filename="?", line=0, short="?")
+    filename, _, line = where[:-1].rpartition(":")
+    if not filename:
+        filename, line = line, ""
+    return Frame(
+        name=name or "?",
+        filename=filename or "?",
+        line=int(line) if line.isdigit() else 0,
+        short=_short_path(filename) if filename.startswith("/") else filename or "?",  # py-spy's short name as is
+    )
+
+
+def _parse_collapsed_thread(pid: int, header: str) -> tuple[int | None, str, bool]:
+    """``thread (TID): NAME`` (``--threads``): the native thread id where py-spy knows it (else a hex Python id),
+    the name, and whether it is the main thread."""
+    ident, _, name = header.removeprefix("thread (").partition(")")
+    name = name.removeprefix(":").strip()
+    tid = int(ident) if ident.isdigit() else None
+    return tid, name or "?", tid == pid if tid is not None else name == "MainThread"
+
+
+def parse_collapsed(pid: int, text: str) -> list[tuple[ThreadStack, int]]:
+    """Each distinct stack of ``py-spy record --format raw --threads`` output with its count; lines that are not
+    stacks (py-spy's own messages) are skipped. A thread's frames come innermost first, as from ``dump``."""
+    out: list[tuple[ThreadStack, int]] = []
+    for line in text.splitlines():
+        if not line.startswith("thread ("):
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        header, *frames = stack.split(";")
+        tid, name, is_main = _parse_collapsed_thread(pid, header)
+        thread = ThreadStack(
+            thread_id=tid or 0,
+            os_thread_id=tid,
+            name=name,
+            is_main=is_main,
+            active=True,  # raw output does not say; --idle keeps idle threads in
+            owns_gil=False,
+            frames=[_parse_collapsed_frame(f) for f in reversed(frames)],
+        )
+        out.append((thread, int(count)))
+    return out
 
 
 def _leaf(name: str) -> str:
