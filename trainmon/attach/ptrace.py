@@ -1,41 +1,24 @@
 """ptrace permissions in words: the facts (Yama, CAP_SYS_PTRACE, owner) and the fix, the way py-spy's are told.
 
-The same checks and fix text as ``trainmon.sources.pyspy`` (which this package cannot import: it needs psutil, and
-the injector is standard library only); a test keeps ``PTRACE_FIX`` equal to that module's.
+The facts and the fix text are ``trainmon.ptrace``'s, which py-spy's messages (``trainmon.sources.pyspy``) use too.
 """
 
 from __future__ import annotations
 
 import os
 
-CAP_SYS_PTRACE = 19
-PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
-PTRACE_FIX = (
-    "fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
-    "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
-    "securityContext.capabilities.add: [SYS_PTRACE]"
-)
+from trainmon.ptrace import CAP_SYS_PTRACE, PTRACE_FIX, PTRACE_SCOPE_PATH, has_cap_sys_ptrace, read_ptrace_scope
 
-
-def read_ptrace_scope() -> int | None:
-    """Yama's ptrace_scope, or None where Yama is absent (no restriction beyond same-user)."""
-    try:
-        with open(PTRACE_SCOPE_PATH) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def has_cap_sys_ptrace() -> bool | None:
-    """CAP_SYS_PTRACE in this process's effective set; None where /proc does not say."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+__all__ = [
+    "CAP_SYS_PTRACE",
+    "PTRACE_FIX",
+    "PTRACE_SCOPE_PATH",
+    "dumpable",
+    "has_cap_sys_ptrace",
+    "permission_message",
+    "read_ptrace_scope",
+    "status",
+]
 
 
 def dumpable(pid: int) -> bool | None:

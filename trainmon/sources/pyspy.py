@@ -19,33 +19,24 @@ import collections
 import logging
 import math
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass, field
 
 import psutil
 
 from trainmon.metrics import PYSPY
-from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, ThreadStack, classify, parse_collapsed, parse_dump
+from trainmon.ptrace import PTRACE_FIX, has_cap_sys_ptrace, read_ptrace_scope
+from trainmon.sources.pyspy_run import RECORD_FLAGS, SAMPLES_LINE, Recording, read_text, wait_rusage
+from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_collapsed, parse_dump
 
 log = logging.getLogger("trainmon.pyspy")
 
 NOT_FOUND = "py-spy not found: pip install py-spy"
-CAP_SYS_PTRACE = 19
-PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
-PTRACE_FIX = (
-    "fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
-    "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
-    "securityContext.capabilities.add: [SYS_PTRACE]"
-)
-
 # ---------------------------------------------------------------- binary and permissions
 
 
@@ -69,27 +60,6 @@ def pyspy_version(binary: str | None = None, timeout: float = 5.0) -> str | None
         return None
     text = out.stdout.strip()
     return text.split()[-1] if out.returncode == 0 and text else None
-
-
-def read_ptrace_scope() -> int | None:
-    """Yama's ptrace_scope, or None where Yama is absent (no restriction beyond same-user)."""
-    try:
-        with open(PTRACE_SCOPE_PATH) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def has_cap_sys_ptrace() -> bool | None:
-    """CAP_SYS_PTRACE in this process's effective set; None where /proc does not say."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def ptrace_status() -> tuple[bool, str]:
@@ -237,29 +207,6 @@ def _dump(pid: int, timeout: float) -> StackDump:
 # ---------------------------------------------------------------- record: a steady stream of samples
 
 
-# --idle: a main thread blocked in the DataLoader's queue.get is idle, and record drops idle threads without it.
-# --threads: names each stack's thread, so the main thread's samples can be told from the others'.
-RECORD_FLAGS = ("--format", "raw", "--idle", "--nonblocking", "--threads", "--full-filenames")
-_POLL_S = 0.25
-_REAP_POLL_S = 0.01
-_SAMPLES_LINE = re.compile(r"Samples: (\d+) Errors: (\d+)")
-
-
-@dataclass
-class Recording:
-    """What one ``py-spy record`` run saw: each distinct stack of each thread with its count."""
-
-    pid: int
-    stacks: list[tuple[ThreadStack, int]] = field(default_factory=list)
-    error: str | None = None
-    elapsed_s: float = 0.0  # wall time of the py-spy run
-    cpu_s: float = 0.0  # py-spy's own user + system CPU time
-    read_errors: int = 0  # samples py-spy could not read (a stack torn by --nonblocking)
-
-    def main_thread_stacks(self) -> list[tuple[ThreadStack, int]]:
-        return [(thread, n) for thread, n in self.stacks if thread.is_main and thread.frames]
-
-
 def record(
     pid: int, seconds: int, rate: int, output: str, *, stop: threading.Event | None = None, timeout: float = 5.0
 ) -> Recording:
@@ -289,59 +236,19 @@ def record(
         return Recording(pid, error=NOT_FOUND)
     except OSError as exc:
         return Recording(pid, error=f"cannot run py-spy ({binary}): {exc.strerror or exc}")
-    code, cpu, interrupted = _wait_rusage(proc, seconds, seconds + timeout, stop)
+    code, cpu, interrupted = wait_rusage(proc, seconds, seconds + timeout, stop)
     result = Recording(pid, elapsed_s=time.monotonic() - t0, cpu_s=cpu)
-    log_text = _read_text(log_path)
+    log_text = read_text(log_path)
     if code is None:
         result.error = f"py-spy record of pid {pid} timed out after {seconds + timeout:g} s"
         return result
     if code != 0 and not interrupted:
         result.error = _explain_failure(pid, log_text, code, "record")
         return result
-    if m := _SAMPLES_LINE.search(log_text):
+    if m := SAMPLES_LINE.search(log_text):
         result.read_errors = int(m[2])
-    result.stacks = parse_collapsed(pid, _read_text(output))
+    result.stacks = parse_collapsed(pid, read_text(output))
     return result
-
-
-def _wait_rusage(
-    proc: subprocess.Popen[bytes], seconds: float, limit: float, stop: threading.Event | None
-) -> tuple[int | None, float, bool]:
-    """Wait for ``proc``, due to end after ``seconds`` (SIGINT when ``stop`` is set: py-spy then writes what it has;
-    SIGKILL past ``limit`` s), reaping it with wait4 for its CPU time. (exit code, or None when killed for time;
-    CPU seconds; whether it was interrupted)."""
-    t0 = time.monotonic()
-    due, deadline = t0 + seconds, t0 + limit
-    interrupted = False
-    while True:
-        try:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped by someone else (a SIGCHLD handler): its code and CPU are lost
-            proc.returncode = 0
-            return 0, 0.0, interrupted
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            timed_out = time.monotonic() > deadline and proc.returncode == -signal.SIGKILL
-            return None if timed_out else proc.returncode, usage.ru_utime + usage.ru_stime, interrupted
-        now = time.monotonic()
-        if now > deadline:
-            proc.kill()
-        elif stop is not None and stop.is_set() and not interrupted:
-            proc.send_signal(signal.SIGINT)
-            interrupted = True
-            deadline = min(deadline, now + 5.0)
-        if now < due and stop is not None and not interrupted:
-            stop.wait(min(_POLL_S, due - now))  # idle until the run is due to end, woken at once by close()
-        else:
-            time.sleep(_REAP_POLL_S)
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 # ---------------------------------------------------------------- sampling

@@ -1,0 +1,34 @@
+"""ptrace permissions: Yama's scope and CAP_SYS_PTRACE, read from /proc, and the one fix text trainmon gives for
+them. Standard library only: py-spy's stack dumps (``sources/pyspy.py``) and the injector (``trainmon.attach``), which
+both need ptrace, tell a refusal the same way."""
+
+from __future__ import annotations
+
+CAP_SYS_PTRACE = 19
+PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+PTRACE_FIX = (
+    "fix: sudo sysctl kernel.yama.ptrace_scope=0, or run trainmon as the training job's user or with sudo; "
+    "in Docker add --cap-add SYS_PTRACE; in Kubernetes set "
+    "securityContext.capabilities.add: [SYS_PTRACE]"
+)
+
+
+def read_ptrace_scope() -> int | None:
+    """Yama's ptrace_scope, or None where Yama is absent (no restriction beyond same-user)."""
+    try:
+        with open(PTRACE_SCOPE_PATH) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace() -> bool | None:
+    """CAP_SYS_PTRACE in this process's effective set; None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
