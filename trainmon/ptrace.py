@@ -32,3 +32,10 @@ def has_cap_sys_ptrace() -> bool | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def facts(scope: int | None, cap: bool | None) -> str:
+    """Yama's scope and the capability in words: "kernel.yama.ptrace_scope=1, no CAP_SYS_PTRACE"."""
+    scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
+    cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
+    return f"{scope_txt}, {cap_txt}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from trainmon.ptrace import CAP_SYS_PTRACE, PTRACE_FIX, PTRACE_SCOPE_PATH, has_cap_sys_ptrace, read_ptrace_scope
+from trainmon.ptrace import facts as ptrace_facts
 
 __all__ = [
     "CAP_SYS_PTRACE",
@@ -40,9 +41,7 @@ def status(cap: bool | None = None) -> tuple[bool, str]:
     """Whether this process can likely ptrace a same-user process, and why (one line, for ``trainmon doctor``)."""
     scope = read_ptrace_scope()
     cap = has_cap_sys_ptrace() if cap is None else cap
-    scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
-    cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
-    where = f"{scope_txt}, {cap_txt}"
+    where = ptrace_facts(scope, cap)
     if scope == 3:
         return False, f"{where}: ptrace is disabled until reboot"
     if cap:

@@ -31,6 +31,7 @@ import psutil
 
 from trainmon.metrics import PYSPY
 from trainmon.ptrace import PTRACE_FIX, has_cap_sys_ptrace, read_ptrace_scope
+from trainmon.ptrace import facts as ptrace_facts
 from trainmon.sources.pyspy_run import RECORD_FLAGS, SAMPLES_LINE, Recording, read_text, wait_rusage
 from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_collapsed, parse_dump
 
@@ -68,9 +69,7 @@ def ptrace_status() -> tuple[bool, str]:
         return True, f"{sys.platform}: no Yama; py-spy may need sudo"
     scope = read_ptrace_scope()
     cap = has_cap_sys_ptrace()
-    scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
-    cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
-    where = f"{scope_txt}, {cap_txt}"
+    where = ptrace_facts(scope, cap)
     if scope == 3:
         return False, f"{where}: ptrace is disabled until reboot; py-spy cannot attach"
     if cap:
