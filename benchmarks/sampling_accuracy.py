@@ -2,19 +2,20 @@
 training's own meters, on real CPU trainings written like pytorch/examples' imagenet/main.py.
 
 Each case of tests/workloads/examples_imagenet.py runs in its own process and prints its cumulative data_time and
-batch_time every few steps. The harness takes three spans of that one process, each from one meter line to a later
-one: unsampled (``--seconds``/2), sampled (``--seconds``), unsampled again (``--seconds``/2). Over the sampled span a
-PySpySampler built as the monitor builds it is read once a second as the monitor does, and its shares are combined as
-the report combines them (weighted by samples). Per case:
+batch_time every few steps. After a warm-up the harness samples one span of ``--seconds``, from one meter line to a
+later one: a PySpySampler built as the monitor builds it, read once a second as the monitor reads it, its shares
+combined as the report combines them (weighted by samples). Per case:
 
 - the script's own data-wait fraction over the sampled span (data_time over batch_time between its two meter lines),
   the estimate, the error, the samples taken and the estimate's binomial standard error;
 - the sampler's CPU: py-spy's (RUSAGE_CHILDREN over the span: the training is reaped only at the end) plus the
   sampler thread's own, as a share of one core;
-- the target's slowdown: steps/s over the sampled span against the two unsampled spans around it.
+- the target's slowdown: steps/s in ``--pairs`` pairs of adjacent blocks of ``--block`` s, one sampled (a fresh
+  sampler) and one not, in ABBA order; the median of the pairs' relative loss (the host's other load moves the
+  absolute rate far more than sampling does, hence pairs of short blocks).
 
     python benchmarks/sampling_accuracy.py [--seconds 40] [--cases main-process,one-worker,...] [--json FILE]
-        [--sampler record|dump] [--interval S] [--chunk S]
+        [--sampler record|dump] [--interval S] [--chunk S] [--pairs 4] [--block 5]
 
 ``--sampler dump`` runs the sampler as it was before (one ``py-spy dump`` every 0.2 s) under the same load;
 ``--interval`` and ``--chunk`` set PySpySampler's rate and the length of each py-spy record.
@@ -29,6 +30,7 @@ import os
 import queue
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -49,7 +51,8 @@ WORKLOAD = ROOT / "tests" / "workloads" / "examples_imagenet.py"
 CASES = ("main-process", "one-worker", "saturated", "healthy")
 METER = re.compile(r"^meter step=(\d+) data_time_sum=([\d.]+) batch_time_sum=([\d.]+) t=([\d.]+)")
 TOLERANCE = 0.10
-TICK_S = 1.0  # the monitor's default interval: it reads every source once a tick
+TICK_S = 1.0
+PAIR_NOTE = "blocks, unsampled beside sampled"  # the monitor's default interval: it reads every source once a tick
 
 
 @dataclass(frozen=True)
@@ -211,9 +214,7 @@ def sample_span(
     sampler once a ``tick`` as the monitor does."""
     first = training.next_meter()
     cpu0 = _children_cpu()
-    sampler: PySpySampler | DumpSampler = (
-        PySpySampler(training.pid, **options) if sampler_kind == "record" else DumpSampler(training.pid)
-    )
+    sampler = _make_sampler(training.pid, sampler_kind, options)
     thread = sampler._thread
     tid = thread.native_id if thread is not None else None  # its CPU: /proc/self/task/<tid>
     weighted = total = 0.0
@@ -251,34 +252,68 @@ def sample_span(
     )
 
 
-def unsampled_rate(training: Training, seconds: float) -> float:
+def _make_sampler(pid: int, sampler_kind: str, options: dict[str, float]) -> PySpySampler | DumpSampler:
+    return PySpySampler(pid, **options) if sampler_kind == "record" else DumpSampler(pid)
+
+
+def block_rate(training: Training, seconds: float, sampler_kind: str | None, options: dict[str, float]) -> float:
+    """Steps/s from one meter line to the first one ``seconds`` later, sampled (a fresh sampler) or not (None)."""
     first = training.next_meter()
-    return steps_per_s(first, training.meter_after(first.t + seconds))
+    sampler = _make_sampler(training.pid, sampler_kind, options) if sampler_kind else None
+    try:
+        last = training.meter_after(first.t + seconds)
+    finally:
+        if sampler is not None:
+            sampler.close()
+    return steps_per_s(first, last)
+
+
+def paired_slowdown(
+    training: Training, pairs: int, block_s: float, sampler_kind: str, options: dict[str, float]
+) -> list[tuple[float, float]]:
+    """(unsampled, sampled) steps/s of ``pairs`` adjacent blocks, in ABBA order so that a drift of the host's other
+    load cancels out."""
+    out = []
+    for i in range(pairs):
+        sampled_first = i % 2 == 1
+        a = block_rate(training, block_s, sampler_kind if sampled_first else None, options)
+        b = block_rate(training, block_s, None if sampled_first else sampler_kind, options)
+        out.append((b, a) if sampled_first else (a, b))
+    return out
 
 
 @dataclass
 class CaseResult:
     span: Span
-    rate_before: float
-    rate_after: float
+    pairs: list[tuple[float, float]]  # (unsampled, sampled) steps/s of adjacent blocks
 
     @property
     def slowdown(self) -> float:
-        """Relative loss of steps/s while sampled, against the mean of the unsampled spans around it."""
-        base = (self.rate_before + self.rate_after) / 2
-        return 1 - self.span.steps_per_s / base if base > 0 else math.nan
+        """Median over the pairs of the relative loss of steps/s while sampled."""
+        losses = [1 - on / off for off, on in self.pairs if off > 0]
+        return statistics.median(losses) if losses else math.nan
+
+    @property
+    def slowdown_spread(self) -> tuple[float, float]:
+        losses = [1 - on / off for off, on in self.pairs if off > 0]
+        return (min(losses), max(losses)) if losses else (math.nan, math.nan)
 
 
 def run_case(
-    case: str, seconds: float, warmup: float = 5.0, sampler_kind: str = "record", **options: float
+    case: str,
+    seconds: float,
+    warmup: float = 5.0,
+    sampler_kind: str = "record",
+    pairs: int = 4,
+    block_s: float = 5.0,
+    **options: float,
 ) -> CaseResult:
     with Training(case, seconds=3600) as training:  # killed when done
         first = training.next_meter(timeout=120)
         training.meter_after(first.t + warmup)
-        before = unsampled_rate(training, seconds / 2)
         span = sample_span(training, seconds, sampler_kind=sampler_kind, **options)
-        after = unsampled_rate(training, seconds / 2)
-    return CaseResult(span, before, after)
+        slow = paired_slowdown(training, pairs, block_s, sampler_kind, options)
+    return CaseResult(span, slow)
 
 
 def rows_for(results: list[CaseResult]) -> list[Row]:
@@ -293,9 +328,9 @@ def rows_for(results: list[CaseResult]) -> list[Row]:
                 met=abs(s.error) <= TOLERANCE,
                 note=(
                     f"{s.samples} samples over {s.seconds:.1f} s; sampler CPU {100 * s.cpu_share:.1f} % of a core "
-                    f"(py-spy {s.pyspy_cpu_s:.2f} s, thread {s.thread_cpu_s:.2f} s); target {s.steps_per_s:.2f} "
-                    f"steps/s sampled vs {r.rate_before:.2f}/{r.rate_after:.2f} unsampled "
-                    f"(slowdown {100 * r.slowdown:+.1f} %)"
+                    f"(py-spy {s.pyspy_cpu_s:.2f} s, thread {s.thread_cpu_s:.2f} s); target slowdown "
+                    f"{100 * r.slowdown:+.1f} % (median of {len(r.pairs)} paired {PAIR_NOTE}; pairs "
+                    f"{100 * r.slowdown_spread[0]:+.1f} to {100 * r.slowdown_spread[1]:+.1f} %)"
                     + (f"; sampler error: {s.sampler_error}" if s.sampler_error else "")
                 ),
             )
@@ -334,13 +369,17 @@ def main() -> None:
     )
     parser.add_argument("--interval", type=float, help="PySpySampler's mean seconds between samples (its default)")
     parser.add_argument("--chunk", type=float, help="PySpySampler's seconds per py-spy record (its default)")
+    parser.add_argument("--pairs", type=int, default=4, help="pairs of blocks for the slowdown")
+    parser.add_argument("--block", type=float, default=5.0, help="seconds per slowdown block")
     add_json_arg(parser)
     args = parser.parse_args()
     options = {name: value for name in ("interval", "chunk") if (value := getattr(args, name)) is not None}
     print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; sampler: {args.sampler} {options or ''}")
     results = []
     for case in args.cases.split(","):
-        results.append(run_case(case, args.seconds, sampler_kind=args.sampler, **options))
+        results.append(
+            run_case(case, args.seconds, sampler_kind=args.sampler, pairs=args.pairs, block_s=args.block, **options)
+        )
         print_table(results[-1:])
     print()
     print_table(results)

@@ -277,7 +277,7 @@ class PySpySampler:
         interval: float = 0.02,
         *,
         timeout: float = 5.0,
-        window: int = 300,
+        window: int = 3000,  # recent samples hot_frames() counts: a minute at the default rate
         start: bool = True,
         chunk: float = 1.0,
     ) -> None:
