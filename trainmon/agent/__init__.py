@@ -68,6 +68,7 @@ class _Agent:
     def _tick(self) -> None:
         """Each sender tick: has the job initialised CUDA, or a torch.distributed process group, yet?"""
         try:
+            self.hooks.poll_import()
             self.hooks.poll_cuda()
             self.hooks.batches.tick()
         finally:

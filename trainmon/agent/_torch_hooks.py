@@ -157,22 +157,40 @@ class TorchHooks:
         self._orig_next: Any = None
         self._plain_next: Any = None
         self._cuda_decided = False
+        self.pending_import = False  # installed while torch was being imported: patched by poll_import
         self.batches = BatchProbe(self)  # samples and tokens read off a few batches (agent/_batch.py)
         registry.on_iter = self.batches.arm
 
     def install(self) -> None:
-        """Patch now if torch is imported, otherwise as soon as it is."""
-        if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
+        """Patch now if torch is imported, otherwise as soon as it is. ``trainmon attach`` can run this while the
+        training is in the middle of ``import torch`` (torch is in sys.modules, still initialising): then the
+        sender's tick patches once the import is done (``poll_import``), since no import of torch is to come."""
+        torch = sys.modules.get("torch")
+        if torch is not None and not _initialising(torch) and hasattr(torch, "optim"):
             self._patch()
+        elif torch is not None:
+            self.pending_import = True
         elif self._watcher is None:
             self._watcher = AfterImport(("torch",), lambda _name: self._patch(), once=True)
             sys.meta_path.insert(0, self._watcher)
+
+    def poll_import(self) -> None:
+        """Each sender tick, while torch was being imported at install: patch once it is done."""
+        if not self.pending_import:
+            return
+        torch = sys.modules.get("torch")
+        if torch is not None and not _initialising(torch) and hasattr(torch, "optim"):
+            with self.lock:
+                self.pending_import = False
+                if not self.installed:
+                    self._patch()
 
     def uninstall(self) -> None:
         with self.lock:
             self._uninstall()
 
     def _uninstall(self) -> None:
+        self.pending_import = False
         self._plain_next = self._orig_next = self._it_cls = None
         self._cuda_decided = False
         if self._watcher is not None:
@@ -292,3 +310,8 @@ class TorchHooks:
         with self.lock:
             if self._it_cls is not None and self._plain_next is not None:
                 self._it_cls.__next__ = self._plain_next
+
+
+def _initialising(module: Any) -> bool:
+    """Whether ``module`` is still running its import (its spec says so while the import system executes it)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
