@@ -61,7 +61,8 @@ def evaluate(
             if run.first_seen > t:
                 continue
             if run.measured_by == "sampling":
-                if run.connected or run.last_seen >= t0:
+                # An agent took over (trainmon attach): its exact figures judge the training from then on.
+                if run.ended != "attached" and (run.connected or run.last_seen >= t0):
                     end = t if run.connected else min(t, run.last_seen)
                     ctx = RuleContext(store, th, end, t0, run=run, host=host_window(store, t0, end, run))
                     findings.append(sampled := rules.SAMPLED(ctx) or NO_AGENT)
