@@ -39,3 +39,21 @@ def facts(scope: int | None, cap: bool | None) -> str:
     scope_txt = "Yama absent" if scope is None else f"kernel.yama.ptrace_scope={scope}"
     cap_txt = {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap]
     return f"{scope_txt}, {cap_txt}"
+
+
+def refusal(scope: int | None, cap: bool | None) -> tuple[str, list[str]]:
+    """Why the kernel refused a ptrace attach, in words, and the facts behind it (Yama's scope, the capability),
+    for a one-line message that ends with ``PTRACE_FIX``."""
+    facts = [
+        f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
+        {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap],
+    ]
+    if scope == 3:
+        why = "ptrace is disabled until reboot"
+    elif cap:
+        why = "an LSM (AppArmor/SELinux), seccomp or a sandbox blocks it"
+    elif scope in (1, 2):
+        why = "Yama allows only descendants" if scope == 1 else "Yama allows only CAP_SYS_PTRACE"
+    else:
+        why = "the process belongs to another user or is not dumpable"
+    return why, facts

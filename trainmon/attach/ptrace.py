@@ -9,6 +9,7 @@ import os
 
 from trainmon.ptrace import CAP_SYS_PTRACE, PTRACE_FIX, PTRACE_SCOPE_PATH, has_cap_sys_ptrace, read_ptrace_scope
 from trainmon.ptrace import facts as ptrace_facts
+from trainmon.ptrace import refusal as ptrace_refusal
 
 __all__ = [
     "CAP_SYS_PTRACE",
@@ -55,20 +56,7 @@ def status(cap: bool | None = None) -> tuple[bool, str]:
 
 def permission_message(pid: int) -> str:
     """One line: why the kernel refused to let gdb attach to ``pid``, and the fix."""
-    scope = read_ptrace_scope()
-    cap = has_cap_sys_ptrace()
-    facts = [
-        f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
-        {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap],
-    ]
+    why, facts = ptrace_refusal(read_ptrace_scope(), has_cap_sys_ptrace())
     if dumpable(pid) is False:
         facts.append("the process is not dumpable (prctl PR_SET_DUMPABLE 0, or a setuid/capability program)")
-    if scope == 3:
-        why = "ptrace is disabled until reboot"
-    elif cap:
-        why = "an LSM (AppArmor/SELinux), seccomp or a sandbox blocks it"
-    elif scope in (1, 2):
-        why = "Yama allows only descendants" if scope == 1 else "Yama allows only CAP_SYS_PTRACE"
-    else:
-        why = "the process is not dumpable or belongs to another user"
     return f"cannot attach to pid {pid}: ptrace permission denied, {why} ({', '.join(facts)}); {PTRACE_FIX}"

@@ -32,6 +32,7 @@ import psutil
 from trainmon.metrics import PYSPY
 from trainmon.ptrace import PTRACE_FIX, has_cap_sys_ptrace, read_ptrace_scope
 from trainmon.ptrace import facts as ptrace_facts
+from trainmon.ptrace import refusal as ptrace_refusal
 from trainmon.sources.pyspy_run import RECORD_FLAGS, SAMPLES_LINE, Recording, read_text, wait_rusage
 from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_collapsed, parse_dump
 
@@ -88,26 +89,13 @@ def ptrace_status() -> tuple[bool, str]:
 
 def permission_message(pid: int) -> str:
     """One line: why py-spy was refused by the kernel, and the fix."""
-    scope = read_ptrace_scope()
-    cap = has_cap_sys_ptrace()
-    facts = [
-        f"kernel.yama.ptrace_scope={'absent' if scope is None else scope}",
-        {True: "CAP_SYS_PTRACE present", False: "no CAP_SYS_PTRACE", None: "capabilities unknown"}[cap],
-    ]
+    why, facts = ptrace_refusal(read_ptrace_scope(), has_cap_sys_ptrace())
     try:
         uid = psutil.Process(pid).uids().real
         if uid != os.getuid():
             facts.append(f"process owned by uid {uid}, you are uid {os.getuid()}")
     except (psutil.Error, OSError):
         pass
-    if scope == 3:
-        why = "ptrace is disabled until reboot"
-    elif cap:
-        why = "an LSM (AppArmor/SELinux), seccomp or a sandbox blocks it"
-    elif scope in (1, 2):
-        why = "Yama allows only descendants" if scope == 1 else "Yama allows only CAP_SYS_PTRACE"
-    else:
-        why = "the process belongs to another user or is not dumpable"
     return f"py-spy cannot attach to pid {pid}: permission denied, {why} ({', '.join(facts)}); {PTRACE_FIX}"
 
 
