@@ -128,6 +128,44 @@ def test_a_training_started_without_trainmon_is_listed_at_once_then_sampled_and_
     assert wait_for(lambda: proc.pid not in m.tracked_pids(), 3.0)
 
 
+LINGERS = """
+import time, torch, trainmon.agent
+time.sleep(5)  # the dataset is built before attach(): trainmon's address in the environment says an agent is coming
+trainmon.agent.attach()
+model, data = torch.nn.Linear(64, 64), torch.utils.data.DataLoader(torch.randn(4096, 64), batch_size=32)
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    for x in data:
+        model(x).sum().backward()
+        if time.monotonic() > end:
+            break
+trainmon.agent.detach()  # the agent says goodbye; the process group and CUDA teardown still take seconds
+print("detached", flush=True)
+time.sleep(4)
+"""
+
+
+def test_a_training_whose_agent_said_goodbye_is_not_sampled_while_it_tears_down(discovering_monitor, addr):
+    m = discovering_monitor
+    proc = subprocess.Popen(
+        [PY, "-c", LINGERS], env=plain_env(PYTHONPATH=str(ROOT), TRAINMON_ADDR=addr), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "detached"
+        agent = wait_for(
+            lambda: next((r for r in m.store.runs.values() if r.pid == proc.pid and r.measured_by == "agent"), None),
+            5.0,
+        )
+        assert agent is not None and agent.steps.total > 0, [(r.pid, r.measured_by) for r in m.store.runs.values()]
+        assert wait_for(lambda: not agent.connected, 5.0)
+        time.sleep(3.0)  # three seconds alive with torch mapped after the goodbye: well past the settle time
+        assert proc.poll() is None
+        runs = [(r.measured_by, r.ended) for r in m.store.runs.values() if r.pid == proc.pid]
+        assert runs == [("agent", agent.ended)], runs
+    finally:
+        stop(proc)
+
+
 def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

@@ -34,6 +34,8 @@ RANK_ENV = (
     "SLURM_JOB_ID",
     "SLURM_PROCID",
 )
+# Set for a process that will report through an agent (attach() reads it): it is given time to connect.
+AGENT_ENV = ("TRAINMON_ADDR",)
 YOUNG_S = 30.0  # a Python process is looked at every scan this long after it started
 RECHECK_S = 5.0  # then every RECHECK_S, or a tenth of its age, up to RECHECK_MAX_S
 RECHECK_MAX_S = 60.0
@@ -73,6 +75,10 @@ class Training:
     workers: list[int]
     launcher: int | None  # the launcher (torchrun, accelerate) that started it
     seen_s: float  # how long torch has been seen mapped in it
+
+    @property
+    def expects_agent(self) -> bool:
+        return any(name in self.env for name in AGENT_ENV)
 
     @property
     def job_id(self) -> str | None:
@@ -172,7 +178,7 @@ class Discovery:
         proc.torch_since = now
         proc.cmdline = read_cmdline(base)
         proc.launcher = _is_launcher(proc.cmdline)
-        proc.env = _rank_env(base)
+        proc.env = _startup_env(base)
 
     def _group(self, now: float) -> dict[int, Training]:
         torch = {pid: p for pid, p in self.procs.items() if p.torch}
@@ -220,8 +226,9 @@ def read_cmdline(base: str) -> list[str]:
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a][:64]
 
 
-def _rank_env(base: str) -> dict[str, str]:
-    """The launcher's rank variables from the process's start-up environment (DataLoader workers inherit it)."""
+def _startup_env(base: str) -> dict[str, str]:
+    """The launcher's rank variables (DataLoader workers inherit them) and trainmon's address from the process's
+    start-up environment."""
     try:
         raw = _read(f"{base}/environ", 1 << 20)
     except OSError:
@@ -230,7 +237,7 @@ def _rank_env(base: str) -> dict[str, str]:
     for entry in raw.split(b"\0"):
         key, sep, value = entry.partition(b"=")
         name = key.decode("ascii", "replace")
-        if sep and name in RANK_ENV:
+        if sep and (name in RANK_ENV or name in AGENT_ENV):
             out[name] = value.decode("utf-8", "replace")[:200]
     return out
 

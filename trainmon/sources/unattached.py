@@ -20,12 +20,15 @@ from typing import Any, Protocol
 
 from trainmon.protocol import script_name
 from trainmon.sources.base import Source
-from trainmon.sources.discover import Discovery, Training, read_cmdline
+from trainmon.sources.discover import AGENT_ENV, Discovery, Training, read_cmdline
 
 log = logging.getLogger("trainmon.unattached")
 
 SAMPLED_RUN_BASE = 1 << 31  # run ids of sampled runs: far above the agents' (recordings store them as uint32)
-SETTLE_S = 1.0  # torch mapped this long before a run is made: an agent attaching at import time comes first
+# Torch mapped this long before a run is made: an agent that attaches right after `import torch` comes first (the
+# import goes on for a second or two after libtorch is mapped); longer where trainmon's address is in the environment.
+SETTLE_S = 3.0
+AGENT_SETTLE_S = 20.0
 MAX_SAMPLED = 8  # trainings sampled at once; more are listed, and sampled as others end
 
 
@@ -70,6 +73,7 @@ class UnattachedRuns(Source):
         discovery: Discovery | None = None,
         make_sampler: Callable[[int], Sampler] = _default_sampler,
         settle_s: float = SETTLE_S,
+        agent_settle_s: float = AGENT_SETTLE_S,
     ) -> None:
         super().__init__()
         self.sink = sink
@@ -77,9 +81,13 @@ class UnattachedRuns(Source):
         self.discovery = discovery or Discovery()
         self.make_sampler = make_sampler
         self.settle_s = settle_s
+        self.agent_settle_s = agent_settle_s
         self.trainings: dict[int, Training] = {}
         self.runs: dict[int, _Sampled] = {}  # main pid → its sampled run
         self.forced: set[int] = set()  # pids asked for with --pid: sampled even if discovery does not find torch
+        # Mains an agent has reported from: never sampled while they live, so a process that lingers after its
+        # agent said goodbye (gloo and CUDA teardown take seconds) does not become a sampled run of its own.
+        self.had_agent: set[int] = set()
         self._next = SAMPLED_RUN_BASE
         self._host = socket.gethostname()
 
@@ -102,6 +110,7 @@ class UnattachedRuns(Source):
             else:
                 self.forced.discard(pid)
         agents = self.agent_pids()
+        self.had_agent = (self.had_agent | agents) & set(self.trainings)
         out: dict[str, float] = {}
         for pid in list(self.runs):
             entry = self.runs[pid]
@@ -114,12 +123,15 @@ class UnattachedRuns(Source):
                 if entry.sampler is not None:
                     out.update(entry.sampler.sample(now))
         for pid, tr in self.trainings.items():
-            if pid in self.runs or pid in agents or (tr.seen_s < self.settle_s and pid not in self.forced):
+            if pid in self.runs or pid in self.had_agent or (tr.seen_s < self._settle(tr) and pid not in self.forced):
                 continue
             if len([r for r in self.runs.values() if r.sampler is not None]) >= MAX_SAMPLED:
                 break
             self._begin(tr, now)
         return out
+
+    def _settle(self, tr: Training) -> float:
+        return self.agent_settle_s if tr.expects_agent else self.settle_s
 
     def close(self) -> None:
         for entry in self.runs.values():
@@ -168,7 +180,7 @@ class UnattachedRuns(Source):
 def _hello(tr: Training, host: str) -> dict[str, Any]:
     env = tr.env
     rank = _int(env.get("RANK")) if "RANK" in env else _int(env.get("SLURM_PROCID"))
-    job = {k: v for k, v in env.items() if not k.endswith("RANK") and k != "SLURM_PROCID"}
+    job = {k: v for k, v in env.items() if not k.endswith("RANK") and k != "SLURM_PROCID" and k not in AGENT_ENV}
     if tr.launcher is not None and not tr.job_id:
         job["TRAINMON_JOB"] = f"launcher-{tr.launcher}"
     return {
