@@ -330,7 +330,10 @@ def _judge(reader: _Reader, pid: int, *, aborted: bool, killed: bool) -> Outcome
         return Outcome("no_safe_point" if aborted else "interrupted", "a signal ended the wait", lines=lines)
     buf = next((line for line in lines if line.startswith("TM:BUF ")), None)
     if buf is not None and buf.split()[-1] in (str(MAP_FAILED), "0"):
-        return Outcome("mmap_failed", "mmap failed in the process (out of memory or address space?)", lines=lines)
+        got = "MAP_FAILED" if buf.split()[-1] == str(MAP_FAILED) else "0"
+        return Outcome(
+            "mmap_failed", f"mmap returned {got} in the process (out of memory or address space?)", lines=lines
+        )
     if "ATTACHED" not in marks and any(p in text for p in _PERMISSION):
         return Outcome("permission", _last_error(lines), lines=lines)
     if not alive(pid) or any(g in text for g in _GONE):

@@ -60,6 +60,11 @@ def _global_options() -> argparse.ArgumentParser:
         "--config", metavar="FILE", default=None, help="config file (default ~/.config/trainmon/config.toml)"
     )
     p.add_argument("--token", default=None, help="shared token required from agents on a non-loopback TCP address")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per tick on stdout instead of the screen (newline-delimited; schema: docs/json.md)",
+    )
     return p
 
 

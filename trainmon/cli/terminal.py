@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +34,16 @@ def print_status(snap: Snapshot) -> None:
         print(status_line(snap), flush=True)
     except BrokenPipeError:
         pass
+
+
+def status_listener(args: argparse.Namespace, stop: threading.Event) -> Callable[[Snapshot], None]:
+    """What a headless command prints each tick: a JSON object with --json (the command stops when its reader
+    leaves), else a status line."""
+    if getattr(args, "json", False):
+        from trainmon.export.json_stream import JsonLines
+
+        return JsonLines(on_closed=stop.set)
+    return print_status
 
 
 def stop_event() -> threading.Event:

@@ -8,7 +8,7 @@ import sys
 from trainmon import __version__
 from trainmon.cli.command import Command
 from trainmon.cli.monitor_setup import listen_address, start_monitor, watched_pids
-from trainmon.cli.terminal import print_status, stop_event, use_tui
+from trainmon.cli.terminal import status_listener, stop_event, use_tui
 
 
 class Live(Command):
@@ -20,7 +20,7 @@ class Live(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         monitor = start_monitor(args, listen_address(args), token=args.token, pids=watched_pids(args))
-        if use_tui():
+        if use_tui() and not args.json:
             from trainmon.tui.app import Job
             from trainmon.tui.run import run_tui
             from trainmon.view import LiveFeed
@@ -44,8 +44,8 @@ class Live(Command):
             file=sys.stderr,
             flush=True,
         )
-        monitor.listeners.append(print_status)
         stop = stop_event()
+        monitor.listeners.append(status_listener(args, stop))
         try:
             stop.wait()
         finally:

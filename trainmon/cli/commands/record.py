@@ -11,7 +11,7 @@ from trainmon.cli.command import Command
 from trainmon.cli.errors import CliError
 from trainmon.cli.monitor_setup import listen_address, start_monitor, watched_pids
 from trainmon.cli.options import MonitorOptionHelp, positive_seconds
-from trainmon.cli.terminal import print_status, stop_event
+from trainmon.cli.terminal import status_listener, stop_event
 
 
 class Record(Command):
@@ -28,6 +28,12 @@ class Record(Command):
         parser.add_argument("--output", "-o", required=True, metavar="FILE")
         parser.add_argument("--duration", type=positive_seconds, default=None, metavar="S", help="stop after S seconds")
         parser.add_argument("--quiet", "-q", action="store_true", help="no status lines")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS,  # or given before the command: trainmon --json record ...
+            help="one JSON object per tick on stdout instead of the status lines (schema: docs/json.md)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from trainmon.record import Recorder, RecorderError
@@ -44,9 +50,9 @@ class Record(Command):
             recorder.close()
             raise
         print(f"trainmon: recording to {args.output}; agents connect to {monitor.address}", file=sys.stderr, flush=True)
-        if not args.quiet:
-            monitor.listeners.append(print_status)
         stop = stop_event()
+        if not args.quiet or getattr(args, "json", False):
+            monitor.listeners.append(status_listener(args, stop))
         deadline = time.monotonic() + args.duration if args.duration else None
         try:
             while not stop.is_set():
