@@ -2,6 +2,8 @@
 
     import trainmon.agent
     trainmon.agent.attach()          # or: trainmon run -- python train.py
+    for batch in trainmon.agent.loader(pipeline):   # a batch source that is not a DataLoader
+        ...
 
 Fail-open: nothing here raises into training code, and with no monitor listening ``attach()``
 returns at once while a background thread retries with backoff.
@@ -16,7 +18,8 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainmon import __version__, protocol
 from trainmon.agent import _gc, _hot
@@ -27,8 +30,11 @@ from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
 
 if TYPE_CHECKING:
     from trainmon.agent._dist import DistHooks
+    from trainmon.agent._iterable import Loader
 
-__all__ = ["attach", "attached", "detach", "mark", "phase", "stats", "step"]
+__all__ = ["attach", "attached", "detach", "loader", "mark", "phase", "stats", "step"]
+
+T = TypeVar("T")
 
 _TRUE = {"1", "true", "yes", "on"}
 _RANK_ENV = (
@@ -62,6 +68,10 @@ class _Agent:
         self.hooks = TorchHooks(self.registry)
         self.dist: DistHooks | None = None  # made once the job imports torch.distributed
         self.frameworks = Frameworks(self.sender.add_control)  # which trainer drives the loop
+        from trainmon.agent._outside import OutsideProbe  # here, not at import: `import trainmon.agent` stays small
+
+        self.outside = OutsideProbe(self.sender.add_control)  # times the model in loops no loader drives
+        self.sender.on_batch = self.outside.observe
         self.identity_sent = False  # the rank and job, told again once a process group exists
         self.sender.on_tick = self._tick
 
@@ -97,6 +107,9 @@ class _Agent:
             self.frameworks.install()
             _gc.install()
             self.sender.start()
+            from trainmon.agent import _iterable
+
+            _iterable.current[0] = self.registry
         except BaseException:
             _gc.uninstall()
             self.frameworks.uninstall()
@@ -105,6 +118,8 @@ class _Agent:
             raise
 
     def stop(self, reason: str) -> None:
+        _forget_registry(self.registry)
+        self.outside.uninstall()
         _gc.uninstall()
         self.frameworks.uninstall()
         self.hooks.uninstall()
@@ -113,6 +128,13 @@ class _Agent:
         self.sender.stop(reason=reason)
         if self.dist is not None:
             self.dist.uninstall()  # made by a tick that ran while stopping
+
+
+def _forget_registry(registry: Registry | None) -> None:
+    """``trainmon.agent.loader`` wrappers stop reporting to ``registry`` (None: to whichever they report to)."""
+    iterable = sys.modules.get("trainmon.agent._iterable")
+    if iterable is not None and (registry is None or iterable.current[0] is registry):
+        iterable.current[0] = None
 
 
 def _env_int(name: str) -> int | None:
@@ -250,6 +272,21 @@ def step() -> None:
         _hot.step()
 
 
+def loader(iterable: Iterable[T], name: str | None = None) -> Loader[T]:
+    """Time a batch source that is not a ``torch.utils.data.DataLoader`` as one: each ``__next__`` of the returned
+    wrapper is a data wait of a loader named ``name`` (default: the source's type). For DALI, FFCV and Ray Data
+    iterators, generators over a streaming dataset, any iterable of batches::
+
+        for batch in trainmon.agent.loader(dali_iterator):
+            ...
+
+    The wrapper iterates like the source (and is an iterator too when the source is one); without an agent attached
+    it only calls through. ``torchdata.nodes.Loader`` needs no wrapper: it is timed on its own."""
+    from trainmon.agent._iterable import Loader
+
+    return Loader(iterable, name)
+
+
 def _framework_seen(name: str, package: str) -> None:
     """trainmon's framework callbacks say which trainer drives the loop (one made before ``attach()`` ran)."""
     agent = _agent
@@ -293,6 +330,10 @@ def stats() -> dict[str, int]:
         return {"sent_records": 0, "dropped_records": 0, "connections": 0}
     s = agent.sender
     out = {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
+    if agent.outside.on:  # a loop no loader drives: the model timed, steps measured outside it
+        from trainmon.agent import _outside
+
+        out.update(outside_model=1, outside_steps=_outside.measured())
     probe = agent.hooks.probe
     if probe is not None:  # CUDA: exposed GPU idle pairs measured, skipped (pool exhausted, graph capture)
         out.update(probe.stats())
@@ -304,6 +345,7 @@ def _after_fork_in_child() -> None:
     global _agent, _lock
     agent, _agent = _agent, None
     _lock = threading.Lock()  # another thread may have held it at the fork
+    _forget_registry(None)
     _gc.uninstall()  # a worker's collections would fill a buffer nobody sends
     _hot.reset_buffer()
     if agent is not None:
@@ -312,6 +354,8 @@ def _after_fork_in_child() -> None:
             agent.frameworks.uninstall()
             agent.hooks.lock = threading.Lock()  # the sender thread may have held it at the fork
             agent.hooks.uninstall()
+            agent.outside.lock = threading.Lock()
+            agent.outside.uninstall()
             if agent.dist is not None:
                 agent.dist.lock = threading.Lock()
                 agent.dist.uninstall()

@@ -91,6 +91,7 @@ class Sender:
     ) -> None:
         self.address = address
         self.on_tick = on_tick  # called first each tick (the agent: has the job initialised CUDA yet?)
+        self.on_batch: Callable[[Counts], None] | None = None  # told each collected batch's counts (agent/_outside.py)
         self.hello = hello
         self.hello_extra = hello_extra
         self.token = token
@@ -193,6 +194,11 @@ class Sender:
             data = P.frame(P.F_EVENTS, payload)
             counts = Counts.of(payload, self._collected_last)
             self._collected_last = counts.last
+            if self.on_batch is not None:
+                try:
+                    self.on_batch(counts)
+                except Exception as exc:
+                    debug(f"batch hook failed: {exc!r}")
             self._pending.append((data, len(chunk) // P.RECORD_FIELDS, counts))
             self._pending_bytes += len(data)
         while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:

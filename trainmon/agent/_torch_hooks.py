@@ -149,6 +149,7 @@ class TorchHooks:
         self.installed = False
         self._undo: list[Callable[[], None]] = []
         self._watcher: AfterImport | None = None
+        self._torchdata_watcher: AfterImport | None = None  # patches torchdata.nodes when the job imports it
         # Exposed GPU idle (see _cuda.py): the iterator class, its original __next__ and the CPU wrapper,
         # so poll_cuda can swap in the measuring wrapper once the job has initialised CUDA.
         self.lock = threading.Lock()  # install state vs. the sender thread's swap
@@ -199,6 +200,9 @@ class TorchHooks:
             except ValueError:
                 pass
             self._watcher = None
+        if self._torchdata_watcher is not None and self._torchdata_watcher in sys.meta_path:
+            sys.meta_path.remove(self._torchdata_watcher)
+        self._torchdata_watcher = None
         while self._undo:
             try:
                 self._undo.pop()()
@@ -274,6 +278,27 @@ class TorchHooks:
         saver = _hot.wrap_save(torch.serialization.save)
         self._set(torch, "save", saver)
         self._set(torch.serialization, "save", saver)
+        self._patch_torchdata()
+
+    def _patch_torchdata(self) -> None:
+        """``torchdata.nodes.Loader`` (agent/_torchdata.py): now if the job imported it, else when it does."""
+        from trainmon.agent import _torchdata
+
+        module = sys.modules.get(_torchdata.MODULE)
+        if module is not None and not _initialising(module):
+            try:
+                _torchdata.install(self, module, LazyTag(self.registry))
+            except Exception:
+                pass
+        elif self._torchdata_watcher is None:
+
+            def patch(_name: str) -> None:
+                with self.lock:
+                    if self.installed:
+                        _torchdata.install(self, sys.modules[_torchdata.MODULE], LazyTag(self.registry))
+
+            self._torchdata_watcher = AfterImport((_torchdata.MODULE,), patch, once=True)
+            sys.meta_path.insert(0, self._torchdata_watcher)
 
     def poll_cuda(self) -> None:
         """From the sender thread, each tick until decided: once the job itself has initialised CUDA,

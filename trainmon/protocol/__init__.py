@@ -18,6 +18,7 @@ import tempfile
 
 from trainmon.protocol.clean import (
     FRAMEWORKS,
+    LOADER_KINDS,
     MAX_LIST,
     MAX_LOADER_ID,
     MAX_NAMES,
@@ -25,6 +26,7 @@ from trainmon.protocol.clean import (
     clean_counts,
     clean_hello,
     clean_info,
+    clean_outside,
 )
 from trainmon.protocol.wire import (
     COMM_OPS,
@@ -43,6 +45,7 @@ from trainmon.protocol.wire import (
     K_ITER_START,
     K_MARK,
     K_OPT,
+    K_OUTSIDE,
     K_PHASE,
     K_STEP,
     K_WAIT,
@@ -90,9 +93,11 @@ __all__ = [
     "K_ITER_START",
     "K_MARK",
     "K_OPT",
+    "K_OUTSIDE",
     "K_PHASE",
     "K_STEP",
     "K_WAIT",
+    "LOADER_KINDS",
     "MAGIC",
     "MAX_ARGV",
     "MAX_ARGV_CHARS",
@@ -115,6 +120,7 @@ __all__ = [
     "clean_counts",
     "clean_hello",
     "clean_info",
+    "clean_outside",
     "decode_events",
     "decode_json",
     "default_address",

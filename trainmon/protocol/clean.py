@@ -48,7 +48,12 @@ _LOADER_FIELDS: dict[str, type] = {
     "measured_samples": int,
     "measured_token_batches": int,
     "measured_tokens": int,
+    # What the loader is: "dataloader" (torch's, also when absent), "torchdata" (torchdata.nodes.Loader) or
+    # "iterable" (any iterable wrapped in trainmon.agent.loader: DALI, FFCV, Ray Data, a generator).
+    "kind": str,
 }
+LOADER_KINDS = ("dataloader", "torchdata", "iterable")
+MAX_HOT = 16  # functions an ``outside`` message names
 FRAMEWORKS = ("transformers", "lightning", "accelerate")
 
 
@@ -155,6 +160,8 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         for key, kind in _LOADER_FIELDS.items():
             if key in loader:
                 cfg[key] = _typed(loader[key], kind)
+        if "kind" in cfg and cfg["kind"] not in LOADER_KINDS:
+            cfg["kind"] = None
         clean["loader"] = cfg
     workers = info.get("workers")
     if isinstance(workers, dict) and (lid := _loader_id(workers.get("loader"))) is not None:
@@ -184,6 +191,8 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
     if isinstance(framework, dict) and framework.get("name") in FRAMEWORKS:
         version = framework.get("version")
         clean["framework"] = {"name": framework["name"], "version": str(version)[:40] if version else None}
+    if (outside := clean_outside(info.get("outside"))) is not None:
+        clean["outside"] = outside
     ident = info.get("dist")
     if isinstance(ident, dict) and _is_int(rank := ident.get("rank")) and 0 <= rank < 1 << 31:
         world, local, job = ident.get("world_size"), ident.get("local_rank"), ident.get("job")
@@ -195,3 +204,28 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
             "job": {str(k)[:64]: str(v)[:200] for k, v in list(job.items())[:32]} if isinstance(job, dict) else {},
         }
     return clean
+
+
+def _hot_function(raw: object) -> dict[str, Any] | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        return None
+    return {
+        "name": raw["name"][:200],
+        "file": str(raw.get("file") or "")[:200],
+        "line": _count(raw.get("line")),
+        "samples": _count(raw.get("samples")),
+        "leaf": str(raw.get("leaf") or "")[:200],
+        "leaf_file": str(raw.get("leaf_file") or "")[:200],
+        "loop": raw.get("loop") is True,
+    }
+
+
+def clean_outside(outside: object) -> dict[str, Any] | None:
+    """Where a loop with no loader spends its time outside the model, as the agent's own stack samples of its training
+    thread tell (``INFO {"outside": ...}``, see docs/protocol.md); None when it is not such a message."""
+    if not isinstance(outside, dict):
+        return None
+    hot = outside.get("hot")
+    functions = [f for f in map(_hot_function, hot[:MAX_HOT]) if f is not None] if isinstance(hot, list) else []
+    samples, model = _count(outside.get("samples")), _count(outside.get("model_samples"))
+    return {"samples": samples, "model_samples": model, "hot": functions}

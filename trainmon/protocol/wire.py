@@ -50,6 +50,7 @@ K_PHASE = 8  # with trainmon.agent.phase(name): id = name id, t0..t1
 K_EXPOSED = 9  # GPU idle exposed by a data wait (CUDA events): value = exposed ns
 K_COMM = 10  # the training thread blocked in collective communication: id = COMM_OPS index, t0..t1, value = 0
 K_GC = 11  # a garbage collection (gc.callbacks): t0..t1 = the pause, value = generation
+K_OUTSIDE = 12  # a step fed by no loader: t0..t1 = since the last optimizer step, value = ns outside the model
 KIND_NAMES = {
     K_WAIT: "wait",
     K_ITER_END: "iter_end",
@@ -62,6 +63,7 @@ KIND_NAMES = {
     K_EXPOSED: "exposed",
     K_COMM: "comm",
     K_GC: "gc",
+    K_OUTSIDE: "outside",
 }
 # The id of a comm record: what the thread was blocked in (index into this tuple; unknown ids read as "other").
 COMM_OPS = (

@@ -25,6 +25,7 @@ from trainmon.protocol import (
     K_ITER_START,
     K_MARK,
     K_OPT,
+    K_OUTSIDE,
     K_PHASE,
     K_STEP,
     K_WAIT,
@@ -76,6 +77,9 @@ class StepDeriver:
         self.cur_exposed = _NAN  # ... its measured exposed idle (nan: none measured)
         self.cur_exposed_wait = 0.0  # ... the host time of its measured waits (-1: all of its wait)
         self.cur_comm = 0.0  # ... its time in collectives
+        self.cur_outside = 0.0  # ... its time outside the model, where no loader fed it (agent/_outside.py)
+        self.cur_outside_n = 0  # ... the outside records that told it
+        self.outside_steps = 0  # steps whose data wait is their time outside the model
         self.last_end: float | None = None
         self.warm_until = WARMUP_STEPS  # steps before this count are warm-up
         self.seen_any_wait = False
@@ -135,6 +139,18 @@ class StepDeriver:
             self.run.marks.append((t0, self.run.names.get(tag >> 8, f"mark-{tag >> 8}")))
         elif kind == K_PHASE:
             self.run.phases.append((t0, t1, self.run.names.get(tag >> 8, f"phase-{tag >> 8}")))
+        elif kind == K_OUTSIDE:
+            self.on_outside(t0, t1, value)
+
+    def on_outside(self, t0: float, t1: float, value: int) -> None:
+        """A step no loader fed: its time outside the model (sent just before its optimizer step). The steps no
+        loader fed before the first one were not measured: they become warm-up."""
+        if t1 <= t0 or value < 0:
+            return
+        if not self.outside_steps and not self.cur_outside_n:
+            self.steps.mark_warm(0)
+        self.cur_outside += min(value * NS, t1 - t0)
+        self.cur_outside_n += 1
 
     def add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
@@ -247,6 +263,11 @@ class StepDeriver:
         samples = self.cur_batches * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self.warm_until
         wait = min(self.cur_wait, end - start)
+        if self.cur_outside_n and not self.cur_batches:
+            wait = min(self.cur_outside, end - start)  # no loader fed this step: its wait is outside the model
+            self.outside_steps += 1
+        self.cur_outside = 0.0
+        self.cur_outside_n = 0
         covered = self.cur_exposed_wait if self.cur_exposed_wait >= 0 else wait
         self.steps.add(start, end, wait, samples, warm, self.cur_exposed, self.train or 0, covered, self.cur_comm)
         self.last_end = end

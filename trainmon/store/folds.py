@@ -176,6 +176,7 @@ def train_ready(d: StepDeriver) -> FoldState | None:
         or train is None
         or d.cur_start is None
         or d.cur_exposed == d.cur_exposed
+        or d.cur_outside_n  # a step no loader fed is being told: record by record
         or d.steps.total < d.warm_until
         or d.restarts.waiting(lid)
     ):

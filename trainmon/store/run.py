@@ -62,6 +62,9 @@ class Run:
         self.gc = GcSpans(cap)  # the job's garbage-collection pauses
         self.beats = array("d")  # when the training did anything but collect garbage, every BEAT_S at most
         self.stack_dumps: list[dict[str, Any]] = []  # automatic stack dumps (trainmon.store.stacks), oldest first
+        # A loop no loader drives: where its time outside the model goes, from the agent's stack samples
+        # (INFO "outside", see protocol.clean_outside): {"samples", "model_samples", "hot": [...]}.
+        self.outside: dict[str, Any] | None = None
         self._events_cap = cap
         self.deriver = StepDeriver(self)  # the step state machine (mode, train loader, the step being built)
 
@@ -161,6 +164,23 @@ class Run:
     def train_loader(self) -> LoaderInfo | None:
         return self.deriver.train_loader()
 
+    @property
+    def wait_source(self) -> str | None:
+        """What measures the run's data wait: a loader's ``__next__`` ("dataloader", "torchdata", "iterable"), the
+        latest steps' time outside the model where no loader fed them ("outside_model"), or None (nothing does: a
+        loop with no loader whose model the agent does not time; its data wait is unknown, not 0)."""
+        if self.deriver.outside_steps and len(self.steps) and self.steps.loader[-1] == 0:
+            return "outside_model"
+        train = self.train_loader()
+        if train is not None and train.batches:
+            kind = train.config.get("kind")
+            return kind if isinstance(kind, str) and kind else "dataloader"
+        return "outside_model" if self.deriver.outside_steps else None
+
+    @property
+    def wait_measured(self) -> bool:
+        return self.wait_source is not None
+
     def worker_pids(self) -> list[int]:
         """The DataLoader workers' pids in the monitor's namespace (those that could be mapped)."""
         out: list[int] = []
@@ -245,6 +265,8 @@ class Run:
             self.framework = framework
         if isinstance(ident := info.get("dist"), dict):  # the rank and job, once its process group exists
             self.hello = {**self.hello, **ident, "global_rank": ident.get("rank")}
+        if isinstance(outside := info.get("outside"), dict):
+            self.outside = outside
         if (dump := clean_stacks(info.get("stacks"))) is not None:
             self.stack_dumps.append(dump)
             del self.stack_dumps[:-MAX_STACK_DUMPS]

@@ -335,6 +335,16 @@ class Steps:
         self.edits += 1
         return True
 
+    def mark_warm(self, loader: int) -> int:
+        """Make every row of ``loader`` warm-up (steps found unmeasured once their measurement began); how many."""
+        rows = [k for k, (w, lid) in enumerate(zip(self.warm, self.loader, strict=True)) if not w and lid == loader]
+        for k in rows:
+            self.warm[k] = 1
+        if rows:
+            self._counts = None
+            self.edits += 1
+        return len(rows)
+
     def add_comm(self, t0: float, t1: float) -> bool:
         """Add a communication span [t0, t1] to the finished step that holds it (by its midpoint); False when
         no step in the table does."""
