@@ -8,6 +8,7 @@ from typing import Any
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import HIGHER, AdviceItem, Finding
 from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.rules.batch_source import batch_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.thresholds import Thresholds
@@ -95,6 +96,8 @@ def input_bound(ctx: RuleContext) -> Finding | None:
     # On CUDA the raw wait share and the share that left the GPU idle are both told (the evidence has both).
     idle = f" ({exposed:.0%} of step time with the GPU idle)" if not is_nan(exposed) else ""
     pct = f"{f:.0%} of each step waits on data{idle}"
+    if (found := batch_source(w, host, ev, th, severity, evidence, idle)) is not None:
+        return found  # no DataLoader feeds the loop (rules/batch_source.py)
     workers = w.loader.get("num_workers")
     if workers == 0:
         return _main_process(w, host, ev, th, severity, evidence, idle)
