@@ -96,6 +96,16 @@ HOST: Final[Mapping[str, Field]] = {
     "load.5": Field("tasks", "5-minute load average"),
 }
 
+# ---------------------------------------------------------------- what watching costs (the monitor's own process)
+
+SELF: Final[Mapping[str, Field]] = {
+    "self.cpu_pct": Field("% of a core", "the monitor's own CPU (all its threads)", "trainmon_self_cpu_ratio", 0.01),
+    "self.helpers_cpu_pct": Field(
+        "% of a core", "CPU of the monitor's helper processes (py-spy)", "trainmon_self_helpers_cpu_ratio", 0.01
+    ),
+    "self.rss_mb": Field("MiB", "the monitor's resident memory", "trainmon_self_rss_bytes", MIB),
+}
+
 CPU_CORE = Family(
     "cpu_core",
     "cpu.core.",

@@ -107,3 +107,41 @@ def test_record_json_without_an_output_is_a_usage_error(tmp_path):
     )
     assert res.returncode == 2 and "Traceback" not in res.stderr and res.stdout == ""
     assert "--output" in res.stderr.strip().splitlines()[-1], res.stderr
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's own user + system CPU seconds, read from /proc as any outside tool would."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_monitors_own_cost_agrees_with_proc_read_from_outside(addr):
+    monitor = subprocess.Popen(
+        trainmon_cmd("--json", "--listen", addr, "--interval", "0.5"),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    training = None
+    try:
+        assert wait_for(lambda: os.path.exists(addr) or monitor.poll() is not None, 20)
+        training = start_python(*TRAIN, env={"TRAINMON_ADDR": addr})
+        shown, outside = [], []
+        for line in _lines(monitor, 60, 60):
+            outside.append((time.monotonic(), _cpu_s(monitor.pid)))
+            tick = json.loads(line)
+            shown.append((tick["self"]["cpu_pct"], tick["self"]["rss_mb"]))
+        assert len(shown) == 60
+        # The last 40 ticks (20 s, the training reporting): the mean of what the monitor showed against the CPU
+        # /proc says it used over the same span (each shown figure covers the 5 s before its tick).
+        (t0, c0), (t1, c1) = outside[19 - 10], outside[-1]
+        from_proc = 100.0 * (c1 - c0) / (t1 - t0)
+        mean_shown = sum(cpu for cpu, _ in shown[19:]) / len(shown[19:])
+        assert abs(mean_shown - from_proc) <= max(0.2 * from_proc, 0.3), (mean_shown, from_proc)
+        with open(f"/proc/{monitor.pid}/status") as f:
+            rss_mb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        assert abs(shown[-1][1] - rss_mb) <= 0.2 * rss_mb, (shown[-1][1], rss_mb)
+    finally:
+        force_stop_all([training, monitor])

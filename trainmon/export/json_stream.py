@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from trainmon.diagnose.findings import Finding
 from trainmon.labels import run_label
-from trainmon.metrics import CPU_CORE, DISK, GPU, HOST, Family
+from trainmon.metrics import CPU_CORE, DISK, GPU, HOST, SELF, Family
 
 if TYPE_CHECKING:
     from trainmon.monitor import RunStatus, Snapshot
@@ -117,6 +117,7 @@ def tick(snap: Snapshot) -> dict[str, Any]:
         "gpus": gpus,
         "host": host | {"cores_busy_pct": [cores[c].get("busy") for c in sorted(cores, key=int)]},
         "disks": disks,
+        "self": {name.removeprefix("self."): number(values.get(name), 3) for name in SELF},
     }
 
 

@@ -27,7 +27,7 @@ from trainmon import metrics as M
 from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import run_label
-from trainmon.metrics import DISK, GPU, HOST, LIMITING_THROTTLE, THROTTLE_REASONS, Family, Field
+from trainmon.metrics import DISK, GPU, HOST, LIMITING_THROTTLE, SELF, THROTTLE_REASONS, Family, Field
 from trainmon.protocol import parse_tcp
 from trainmon.store.batches import tokens_per_sample
 
@@ -47,7 +47,7 @@ def _exported(fields: Mapping[str, Field]) -> dict[str, Export]:
     return {key: Export(f.prom, f.help, f.scale) for key, f in fields.items() if f.prom is not None}
 
 
-HOST_EXPORTS = _exported(HOST)
+HOST_EXPORTS = _exported({**HOST, **SELF})  # the monitor's own cost is per host too
 FAMILY_EXPORTS = {family.name: _exported(family.fields) for family in (GPU, DISK)}
 
 

@@ -163,8 +163,18 @@ class MemoryFigures(TypedDict):
     swap_used_mb_max: float | None
 
 
+class MonitorCost(TypedDict):
+    """What the watching cost, from the monitor's own series (``self.*``): CPU in % of one core, RSS in MiB."""
+
+    cpu_percent_p50: float | None
+    cpu_percent_p95: float | None
+    helpers_cpu_percent_p50: float | None  # py-spy sampling, beside the monitor
+    rss_mb_max: float | None
+
+
 class _SystemOptional(TypedDict, total=False):
     gpu_error: str  # only when no GPU was sampled: why
+    monitor_cost: MonitorCost  # recordings that sampled it (every one made since it exists)
 
 
 class SystemSection(_SystemOptional):

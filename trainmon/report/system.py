@@ -91,6 +91,14 @@ def system_section(store: Store) -> SystemSection:
             g["uuid"] = info.get("uuid")
             _mig_figures(g, info)
     out: SystemSection = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
+    if "self.cpu_pct" in store.series:
+        own = stats(store, "self.cpu_pct")
+        out["monitor_cost"] = {
+            "cpu_percent_p50": own["p50"],
+            "cpu_percent_p95": own["p95"],
+            "helpers_cpu_percent_p50": stats(store, "self.helpers_cpu_pct")["p50"],
+            "rss_mb_max": stats(store, "self.rss_mb")["max"],
+        }
     if not gpus:
         out["gpu_error"] = store.metadata.get("gpu_error") or "no GPU data was recorded"
     return out

@@ -204,6 +204,8 @@ class TimeAxis(GridWidget):
         values.append((fmt_window(frame.window_s), "label", False))
         if detail:
             values += [(" · ", "label", False), (detail, "value", False)]
+        if frame.self_cost:
+            values += [(" · ", "label", False), (frame.self_cost, "label", False)]
         role = "ok" if state in ("LIVE", "REPLAY") else "cursor"
         strips = [grid_strip(geo, g, state, cells, values, None, gutter_role=role, gutter_bold=True)]
         if frame.notice:

@@ -9,11 +9,13 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
+from trainmon.numbers import is_nan
+from trainmon.store.store import Store
 from trainmon.view import extract
 from trainmon.view.axis import axis_ticks, clock_label
 from trainmon.view.feeds.protocol import Feed, VerdictPoint
 from trainmon.view.frames import Axis, Frame, Layout, StripCell, VerdictView
-from trainmon.view.resample import make_edges
+from trainmon.view.resample import make_edges, value_at
 from trainmon.view.stacks import stack_views
 from trainmon.view.state import ViewState
 
@@ -103,6 +105,7 @@ def build_frame(
         cpu = extract.cpu_view(store, edges, instant, hold)
         disks = extract.disk_views(store, edges, instant, hold)
         procs = extract.proc_rows(store, feed.extra_roles(), instant, max(3.0 * interval, 3.0))
+        self_cost = _self_cost(store, instant, hold)
     gpu_error = feed.gpu_error()
     if gpu_error is None and not gpus:
         gpu_error = "no device found" if store.metadata.get("gpus") == [] or feed.live else "not recorded"
@@ -124,7 +127,19 @@ def build_frame(
         disks=disks,
         procs=procs,
         notice=notice,
+        self_cost=self_cost,
     )
+
+
+def _self_cost(store: Store, t: float, hold: float) -> str | None:
+    """The monitor's own CPU (with its py-spy helpers) and RSS at ``t``, as the time axis shows them."""
+    cpu = value_at(store.series.get("self.cpu_pct"), t, hold)
+    rss = value_at(store.series.get("self.rss_mb"), t, hold)
+    if is_nan(cpu) or is_nan(rss):
+        return None
+    helpers = value_at(store.series.get("self.helpers_cpu_pct"), t, hold)
+    total = cpu + (0.0 if is_nan(helpers) else helpers)
+    return f"trainmon {total:.1f}% CPU {rss:.0f}M"
 
 
 def _verdict_view(points: list[VerdictPoint], t: float, at_label: str) -> VerdictView | None:

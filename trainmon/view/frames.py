@@ -178,6 +178,7 @@ class Frame:
     disks: list[DiskView]
     procs: list[ProcRow]
     notice: str | None = None
+    self_cost: str | None = None  # "trainmon 0.8% CPU 48M": what watching costs at the instant shown
 
     @property
     def instant(self) -> float:

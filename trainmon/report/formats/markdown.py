@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainmon.report.cells import RUN_HEADER, run_cells
-from trainmon.report.formats.base import ReportInput
+from trainmon.report.formats.base import ReportInput, monitor_cost_line
 from trainmon.report.stacks import printed_dumps
 
 
@@ -33,6 +33,8 @@ def render(source: ReportInput) -> str:
         ]
     for heading, stack in printed_dumps(report):
         out += ["", f"### Stacks of {heading}", "", "```", *stack, "```"]
+    if (cost := monitor_cost_line(report)) is not None:
+        out += ["", f"_{cost}_"]
     warnings = report.get("warnings", [])
     if warnings:
         out += ["", *[f"> warning: {w}" for w in warnings]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainmon.report.cells import RUN_HEADER, run_cells
-from trainmon.report.formats.base import ReportInput
+from trainmon.report.formats.base import ReportInput, monitor_cost_line
 from trainmon.report.stacks import printed_dumps
 
 
@@ -32,6 +32,8 @@ def render(source: ReportInput) -> str:
             lines.append(f"  {e['t']:7.1f} – {e['end']:7.1f} s  {e['code']} [{e['severity']}]  {e['summary']}")
     for heading, stack in printed_dumps(report):
         lines += ["", f"Stacks of {heading}:", *(f"  {line}" for line in stack)]
+    if (cost := monitor_cost_line(report)) is not None:
+        lines += ["", cost]
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
