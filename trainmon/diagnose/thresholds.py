@@ -42,6 +42,7 @@ class Thresholds:
     gc_explains: float = 0.5  # a long step is GC's when gen-2 pauses inside it are this share of its excess
     hang_min_s: float = 30.0  # no step for max(this, hang_step_factor × the p95 step) while alive: a hang
     hang_step_factor: float = 10.0
+    freeze_headline_share: float = 0.05  # a freeze that resumed heads the report when its run's freezes took this
     host_overhead_gpu_util: float = 70.0
     h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
     host_overhead_main_cpu: float = 85.0

@@ -6,6 +6,7 @@ from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.rules import Thresholds
 from trainmon.metrics import GPU
 from trainmon.numbers import is_nan
+from trainmon.report.budget import budget_row
 from trainmon.report.runs import measurement, run_summary, sampled_wait
 from trainmon.report.schema import IdleProcess, Report, RunRow
 from trainmon.report.series import series_section
@@ -51,6 +52,8 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
             for r in everything
             if (r in agents and not (r.steps.total or r.loaders)) or (r in sampled and r not in trained)
         ]
+        step_ends = [r.steps.end[-1] for r in runs if len(r.steps)]
+        end = max([last, *step_ends]) if step_ends else last
         run_rows: list[RunRow] = [
             {
                 **run_summary(r, store),
@@ -59,13 +62,12 @@ def build_report(store: Store, th: Thresholds | None = None) -> Report:
                 "pyspy_data_wait_share": pyspy_wait_share(store, r.pid),
                 "gpus": run_gpus(store, r, store.index().int_ids(GPU, "util")),
                 "stack_dumps": stack_dumps(r, first),
+                "time_budget": budget_row(r, first, end, th) if r.measured_by == "agent" else None,
             }
             for r in runs
         ]
         agentless = agentless_section(store)
         system = system_section(store)
-        step_ends = [r.steps.end[-1] for r in runs if len(r.steps)]
-    end = max([last, *step_ends]) if step_ends else last
     judgement = judge(store, first, end, th)
     return {
         "trainmon_report": 1,

@@ -103,6 +103,29 @@ class RunSummary(EpochRestarts):
     framework: Framework | None  # None: a plain PyTorch loop
 
 
+class FreezeRow(TypedDict):
+    """A frozen span of a run: from ``t`` (seconds from the report's start) for ``length_s``."""
+
+    t: float
+    length_s: float
+    resumed: bool  # the run did something again at its end (else it ended with the run or the recording)
+
+
+class TimeBudgetRow(TypedDict):
+    """A run's wall time split so that every second lies in exactly one part (``trainmon.diagnose.budget``):
+    ``parts_s`` sum to ``wall_s``; where spans overlap the one first in ``precedence`` takes the time."""
+
+    start_s: float  # the run's wall time, in seconds from the report's start
+    end_s: float
+    wall_s: float
+    parts_s: dict[str, float]  # unobserved_before, warmup, data_wait, communication, compute, evaluation, ...
+    long_steps_by_cause: dict[str, float]  # the long_steps part: the training's own phase, or "unexplained"
+    freezes: list[FreezeRow]
+    precedence: list[str]
+    not_measured: list[str]  # parts the store keeps nothing for (compilation)
+    steps_trimmed: bool  # the oldest steps were no longer held: the budget starts at the oldest one kept
+
+
 class Measurement(TypedDict):
     """How a run was measured (see RunRow)."""
 
@@ -129,6 +152,7 @@ class RunRow(RunSummary):
     # Stacks the monitor dumped when a critical verdict fired (format: trainmon.store.stacks; "t" in seconds
     # from the report's start), oldest first; none taken: empty.
     stack_dumps: list[dict[str, Any]]
+    time_budget: TimeBudgetRow | None  # None: a run with no step (measured by sampling)
 
 
 class FindingDict(TypedDict):

@@ -4,8 +4,11 @@ headline weighed by severity and time.
 A phase starts wherever the training's behaviour changed (``trainmon.diagnose.phases``) and lasts at least
 ``phase_min_s``; neighbours with the same verdict are one phase. The headline is the worst cause that headed
 phases for at least ``headline_share`` of the steady state (the longest held among those of that severity),
-else the cause that headed the longest. A hang (``stall.hang``) is a phase of its own, from the moment it held to
-the process's end, and heads the report whenever it held. Every finding carries the seconds it held, headline or not.
+else the cause that headed the longest. A freeze (``stall.hang``: a silence the hang rule held over, found in the
+recording by ``trainmon.diagnose.rules.hang.frozen_spans``) is a phase of its own, from the run's last activity to
+its next one (it resumed) or to its end; the other phases are cut around it. It heads the report when it never
+resumed, or when the run's freezes took ``freeze_headline_share`` of its wall time or more. Every finding carries
+the seconds it held, headline or not.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from trainmon.diagnose.budget import wall_span
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline
 from trainmon.diagnose.phases import bin_width, features, segment, steady_span
-from trainmon.diagnose.rules import RuleContext, Thresholds, hang_episodes
-from trainmon.diagnose.rules.hang import hang
+from trainmon.diagnose.rules import Thresholds
+from trainmon.diagnose.rules.hang import freeze_finding, frozen_spans
 from trainmon.report.schema import HeldFinding, TimelineEntry
 from trainmon.store.store import Store
+
+Span = tuple[float, float]
+MIN_PIECE_S = 1.0  # a span the cut around a freeze left shorter than this is joined to its neighbour
 
 NO_STEPS = Finding(
     "insufficient_data",
@@ -67,13 +74,14 @@ def finding_dict(f: Finding, held_s: float) -> HeldFinding:
 
 def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     """Phases over the steady state (and the warm-up before it), the headline and every finding's time."""
-    phases = judge_phases(store, th)
+    frozen = hang_phases(store, first, end, th)
+    phases = judge_phases(store, th, [(p.start, p.end) for p in frozen])
     warmup: Phase | None = None
     if not phases:
         phases = [Phase(first, end, evaluate(store, end, th, since=first))]
     elif phases[0].start - first >= 1.0:
         warmup = Phase(first, phases[0].start, [_warmup(store, first, phases[0].start)])
-    phases = sorted(phases + hang_phases(store, first, end, th), key=lambda p: p.start)
+    phases = sorted(phases + frozen, key=lambda p: p.start)
     top = headline_phase(phases, th).top
     held = held_seconds(phases)
     findings = _representatives(phases)
@@ -86,9 +94,10 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     return Judgement(verdict=finding_dict(top, held.get(top.code, 0.0)), findings=others, timeline=timeline)
 
 
-def judge_phases(store: Store, th: Thresholds) -> list[Phase]:
-    """The steady state cut where behaviour changed, each phase judged on its own; neighbours that come out
-    with the same verdict (or a phase too thin to judge) are joined and judged again."""
+def judge_phases(store: Store, th: Thresholds, frozen: list[Span] | None = None) -> list[Phase]:
+    """The steady state cut where behaviour changed, and around the ``frozen`` spans (which are phases of their
+    own), each phase judged on its own; neighbours that come out with the same verdict (or a phase too thin to
+    judge) are joined and judged again."""
     with store.lock:
         span = steady_span(store)
         if span is None:
@@ -97,18 +106,39 @@ def judge_phases(store: Store, th: Thresholds) -> list[Phase]:
         dt = bin_width(s0, s1)
         cuts = segment(features(store, s0, s1, dt), max(1, math.ceil(th.phase_min_s / dt - 1e-9)))
     edges = [s0, *(s0 + k * dt for k in cuts), s1]
-    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in itertools.pairwise(edges)]
+    spans = _joined([piece for a, b in itertools.pairwise(edges) for piece in _outside((a, b), frozen or [])])
+    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in spans]
     while (i := _mergeable(phases)) is not None:  # each join leaves one phase fewer
         a, b = phases[i], phases[i + 1]
         phases[i : i + 2] = [Phase(a.start, b.end, evaluate(store, b.end, th, since=a.start))]
     return phases
 
 
+def _outside(span: Span, frozen: list[Span]) -> list[Span]:
+    """The parts of ``span`` outside every frozen span."""
+    pieces = [span]
+    for f0, f1 in frozen:
+        pieces = [p for a, b in pieces for p in ((a, min(b, f0)), (max(a, f1), b)) if p[1] > p[0]]
+    return pieces
+
+
+def _joined(spans: list[Span]) -> list[Span]:
+    """A sliver the cut around a freeze left (under MIN_PIECE_S) joined to the span it touches, if any."""
+    out: list[Span] = []
+    for a, b in spans:
+        if out and out[-1][1] == a and (b - a < MIN_PIECE_S or out[-1][1] - out[-1][0] < MIN_PIECE_S):
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
 def _mergeable(phases: list[Phase]) -> int | None:
-    """The first phase to join with the next: the same verdict, or one side could not be judged."""
+    """The first phase to join with the next (they touch: no freeze between them): the same verdict, or one side
+    could not be judged."""
     for i in range(len(phases) - 1):
         a, b = phases[i].top, phases[i + 1].top
-        if a.code == b.code or "insufficient_data" in (a.code, b.code):
+        if phases[i].end == phases[i + 1].start and (a.code == b.code or "insufficient_data" in (a.code, b.code)):
             return i
     return None
 
@@ -126,20 +156,35 @@ def headline_phase(phases: list[Phase], th: Thresholds) -> Phase:
         worst[p.top.code] = max(worst.get(p.top.code, 0), SEVERITIES.index(p.top.severity))
     weighty = [c for c, s in shown.items() if s >= th.headline_share * total - 1e-9]
     code = max(weighty or shown, key=lambda c: (worst[c] if weighty else 0, shown[c]))
-    code = next((c for c in shown if c in IMMEDIATE), code)  # a hang ends the run's work, however long it ran
+    code = next((p.top.code for p in judged if heads_at_once(p.top, th)), code)
     ours = [p for p in judged if p.top.code == code]
     return max(ours, key=lambda p: (SEVERITIES.index(p.top.severity), p.seconds))
 
 
+def heads_at_once(f: Finding, th: Thresholds) -> bool:
+    """A hang heads the report whatever else held: one that never resumed (it ended the run's work), or freezes that
+    took ``freeze_headline_share`` of the run's wall time or more."""
+    if f.code not in IMMEDIATE:
+        return False
+    share = f.evidence.get("frozen_share")
+    return f.evidence.get("resumed") is not True or (share is not None and share >= th.freeze_headline_share)
+
+
 def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[Phase]:
-    """Where a run hung, a phase of its own (a silent run has no steps to cut phases from), judged at its end."""
+    """Each freeze of each run (``frozen_spans``) within [first, end], a phase of its own judged by
+    ``freeze_finding``: a hung run has no steps to cut phases from, and a freeze that resumed lies inside one."""
     out: list[Phase] = []
     with store.lock:
         for run in store.runs.values():
-            for a, b in hang_episodes(run, first, end, th):
-                f = hang(RuleContext(store, th, b - 1e-6, run=run))
-                if f is not None:
-                    out.append(Phase(a, b, [f]))
+            freezes = frozen_spans(run, first, end, th)
+            if not freezes:
+                continue
+            t0, t1 = wall_span(run, end)
+            frozen_s = math.fsum(min(f.end, t1) - max(f.start, t0) for f in freezes)
+            for f in freezes:
+                a, b = max(f.start, first), min(f.end, end)
+                if b > a:
+                    out.append(Phase(a, b, [freeze_finding(store, run, f, t1 - t0, frozen_s)]))
     return out
 
 

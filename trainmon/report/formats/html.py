@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from trainmon.diagnose.verdicts import verdict
+from trainmon.labels import run_label
 from trainmon.metrics import DISK, GPU, SeriesIndex
+from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, COLOURS, budget_blocks, budget_parts
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.formats.svg import PAD_B, PAD_T, H, W, bars, esc, frame, nice_max, polyline, x_of
-from trainmon.report.schema import Report, SeriesSection, TimelineEntry
+from trainmon.report.schema import Report, SeriesSection, TimeBudgetRow, TimelineEntry
 from trainmon.report.stacks import printed_dumps
 
 SEVERITY_COLOR = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828"}
@@ -22,6 +24,7 @@ ul{margin:6px 0 0 18px;padding:0} table{border-collapse:collapse;width:100%;font
 th,td{border-bottom:1px solid #e0e0e0;padding:4px 6px;text-align:left} th{background:#f5f5f5}
 svg{display:block;margin:4px 0} .muted{color:#757575} .legend span{margin-right:14px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.budget{display:flex;height:14px;margin:4px 0} .budget span{display:block;height:100%}
 """
 
 
@@ -121,6 +124,7 @@ def _lists(report: Report) -> list[str]:
     for r in report["runs"]:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in run_cells(r)) + "</tr>")
     parts.append("</table>")
+    parts += _budget(report)
     if report["findings"]:
         parts.append(
             "<h2>Other findings</h2><ul>"
@@ -146,6 +150,39 @@ def _lists(report: Report) -> list[str]:
     for w in report.get("warnings", []):
         parts.append(f'<p class="muted">warning: {esc(w)}</p>')
     return parts
+
+
+def _budget(report: Report) -> list[str]:
+    """Each run's time budget: a bar of its parts and their table."""
+    blocks = budget_blocks(
+        [(f"{run_label(r['rank'], r['pid'])} {r['name']}", r["time_budget"]) for r in report["runs"]]
+    )
+    rows = [row for r in report["runs"] if (row := r["time_budget"]) is not None]
+    if not blocks:
+        return []
+    out = [f"<h2>{esc(BUDGET_TITLE)}</h2><p class=muted>{esc(BUDGET_NOTE)}</p>"]
+    for (heading, cells), row in zip(blocks, rows, strict=True):
+        out.append(f"<p><b>{esc(heading)}</b></p>{_budget_bar(row)}")
+        out.append("<table><tr><th>part</th><th>time</th><th>share</th></tr>")
+        out += [
+            f"<tr><td>{esc(label)}</td><td>{esc(seconds)}</td><td>{esc(share)}</td></tr>"
+            for label, seconds, share in cells
+            if seconds
+        ]
+        out.append("</table>")
+        out += [f"<p>{esc(label)}</p>" for label, seconds, _ in cells if not seconds]
+    return out
+
+
+def _budget_bar(row: TimeBudgetRow) -> str:
+    """The parts as one bar, each as wide as its share of the wall time."""
+    parts = budget_parts(row)
+    spans = "".join(
+        f'<span style="width:{share * 100:.2f}%;background:{COLOURS.get(key, "#757575")}" '
+        f'title="{esc(label)}: {seconds:.1f} s ({share:.1%})"></span>'
+        for key, label, seconds, share in parts
+    )
+    return f'<div class="budget">{spans}</div>'
 
 
 def render(source: ReportInput) -> str:

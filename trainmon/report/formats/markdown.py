@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from trainmon.labels import run_label
+from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, budget_blocks
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput, monitor_cost_line
+from trainmon.report.schema import Report
 from trainmon.report.stacks import printed_dumps
 
 
@@ -20,6 +23,7 @@ def render(source: ReportInput) -> str:
     out += ["", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
     for r in report["runs"]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in run_cells(r)) + " |")
+    out += _budget(report)
     if report["findings"]:
         out += ["", "### Other findings", ""]
         out += [
@@ -39,3 +43,17 @@ def render(source: ReportInput) -> str:
     if warnings:
         out += ["", *[f"> warning: {w}" for w in warnings]]
     return "\n".join(out) + "\n"
+
+
+def _budget(report: Report) -> list[str]:
+    blocks = budget_blocks(
+        [(f"{run_label(r['rank'], r['pid'])} {r['name']}", r["time_budget"]) for r in report["runs"]]
+    )
+    if not blocks:
+        return []
+    out = ["", f"### {BUDGET_TITLE}", "", f"_{BUDGET_NOTE}_"]
+    for heading, cells in blocks:
+        out += ["", f"**{heading}**", "", "| part | time | share |", "|---|---:|---:|"]
+        out += [f"| {label} | {seconds} | {share} |" for label, seconds, share in cells if seconds]
+        out += [f"- {label}" for label, seconds, _ in cells if not seconds]
+    return out

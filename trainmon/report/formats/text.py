@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from trainmon.labels import run_label
+from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, budget_blocks
 from trainmon.report.cells import RUN_HEADER, run_cells
 from trainmon.report.formats.base import ReportInput, monitor_cost_line
+from trainmon.report.schema import Report
 from trainmon.report.stacks import printed_dumps
 
 
@@ -22,6 +25,7 @@ def render(source: ReportInput) -> str:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines += _budget(report)
     if report["findings"]:
         lines += ["", "Other findings:"]
         for f in report["findings"]:
@@ -37,3 +41,18 @@ def render(source: ReportInput) -> str:
     for w in report.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
+
+
+def _budget(report: Report) -> list[str]:
+    blocks = budget_blocks(
+        [(f"{run_label(r['rank'], r['pid'])} {r['name']}", r["time_budget"]) for r in report["runs"]]
+    )
+    if not blocks:
+        return []
+    out = ["", f"{BUDGET_TITLE} ({BUDGET_NOTE}):"]
+    for heading, cells in blocks:
+        out.append(f"  {heading}")
+        width = max(len(label) for label, _, _ in cells if _) if cells else 0
+        for label, seconds, share in cells:
+            out.append(f"    {label.ljust(width)}  {seconds:>9}  {share:>6}".rstrip() if seconds else f"    {label}")
+    return out
