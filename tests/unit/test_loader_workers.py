@@ -55,6 +55,7 @@ def _store(
             if a <= s <= b:
                 values[f"proc.{pid}.cpu_pct"] = cpu
                 values[f"proc.{pid}.runq_wait_ms_s"] = 0.0
+                values[f"proc.{pid}.state_main_R"] = cpu / 100  # the thread states the sampler sees
         store.sample(float(s), values)
     return store
 

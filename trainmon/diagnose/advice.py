@@ -8,8 +8,8 @@ DataLoader their ``train_dataloader()`` returns; an accelerate user on the DataL
 ``accelerator.prepare``. ``localise`` renders each item that sets one of those knobs in the run's framework's own
 terms, from the table ``KNOBS`` keyed by knob (the item says which knobs it sets: no phrase is matched to find
 them); plain PyTorch keeps the rules' text. Every rendering is idempotent, so a finding that quotes another's advice
-(``dist.straggler``) can be localised again. ``fit_to_loader`` drops the items that advise what the run's loader
-already has.
+(``dist.straggler``) can be localised again. ``fit_to_window`` (the one fitting step every run's findings go
+through) drops the items that advise what the run's loader already has, or what its framework does itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.findings import HIGHER, AdviceItem, Finding
+from trainmon.diagnose.window import RunWindow
 
 LOADER_KNOBS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 # A DataLoader setting named on its own (not already prefixed, not an attribute, not part of a longer name).
@@ -122,21 +123,85 @@ def render(item: AdviceItem, framework: str) -> AdviceItem:
     return replace(item, text=text)
 
 
-def fit_to_loader(finding: Finding, config: dict[str, Any]) -> Finding:
-    """``finding`` without the advice that recommends what the loader (``config``) already has; what was left out,
-    and why, goes to its evidence (``advice_dropped``)."""
-    keep, dropped = [], []
+# What a framework does itself, as if set: Lightning copies every batch to the device with non_blocking=True.
+IMPLIED: dict[str, dict[str, Any]] = {"lightning": {"non_blocking": True}}
+
+
+def fit_to_window(finding: Finding, w: RunWindow) -> Finding:
+    """``finding`` fitted to the run its window judged (see ``fit_to_loader``): the window's loader, what the
+    run's framework does itself, and the other loaders an item may be about (``AdviceItem.loaders``)."""
+    implied = IMPLIED.get(str((w.run.framework or {}).get("name")), {})
+    configs = {lid: dict(info.config) for lid, info in w.run.loaders.items()}
+    return fit_to_loader(finding, {**implied, **w.loader}, configs)
+
+
+def fit_to_loader(
+    finding: Finding, config: dict[str, Any], configs: dict[int, dict[str, Any]] | None = None
+) -> Finding:
+    """``finding`` without the advice that recommends what the loader (``config``; an item about other loaders:
+    theirs, from ``configs``) already has: an item whose every setting is in place is left out, one with some in
+    place advises only the rest, a "higher" num_workers at or past the finding's ``num_workers_cap`` is left out.
+    What was left out, and why, goes to its evidence (``advice_dropped``). When nothing is left to advise, one item
+    says so and what was measured: a finding always has advice."""
+    keep: list[AdviceItem] = []
+    dropped: list[dict[str, str]] = []
+    cap = finding.evidence.get("num_workers_cap")
+    others = configs or {}
     for item in finding.advice_items:
-        why = item.holds_in(config)
+        scoped = [others[lid] for lid in item.loaders if lid in others] if item.loaders else [config]
+        why = _in_place(item, scoped, cap if isinstance(cap, int) else None)
         if why is None:
-            keep.append(item)
+            keep.append(_narrowed(item, scoped))
         else:
             dropped.append({"text": item.text, "why": why})
     if not dropped:
-        return finding
+        if keep == finding.advice_items:
+            return finding
+        out = replace(finding)
+        out.set_advice(keep)
+        return out
+    if not keep:
+        keep = [nothing_to_set(finding, dropped)]
     out = replace(finding, evidence={**finding.evidence, "advice_dropped": dropped})
     out.set_advice(keep)
     return out
+
+
+def _in_place(item: AdviceItem, configs: list[dict[str, Any]], cap: int | None) -> str | None:
+    """Why ``item`` advises nothing new for every one of ``configs``, else None."""
+    if not configs:
+        return None
+    have = configs[0].get("num_workers")
+    if item.settings == {"num_workers": HIGHER} and cap is not None and isinstance(have, int) and have >= cap:
+        return f"num_workers={have} is at its bound already ({cap})"
+    whys = [item.holds_in(config) for config in configs]
+    return whys[0] if all(why is not None for why in whys) else None
+
+
+def _narrowed(item: AdviceItem, configs: list[dict[str, Any]]) -> AdviceItem:
+    """``item`` setting only what is not in place in ``configs`` (what a framework does itself drops out of its
+    settings; its sentence is rendered in the framework's words by ``localise``)."""
+    settings = {
+        knob: value
+        for knob, value in item.settings.items()
+        if any(AdviceItem("", {knob: value}, at_least=item.at_least).holds_in(c) is None for c in configs)
+    }
+    return item if len(settings) == len(item.settings) or not settings else replace(item, settings=settings)
+
+
+def nothing_to_set(finding: Finding, dropped: list[dict[str, str]]) -> AdviceItem:
+    """The advice of a finding whose every item is in place already: what is set, and what was measured."""
+    ev = finding.evidence
+    figures = []
+    if isinstance(wait := ev.get("data_wait_fraction"), float):
+        figures.append(f"data wait {wait:.0%} of the step")
+    if isinstance(cpu := ev.get("workers_cpu_pct_mean"), float):
+        figures.append(f"{ev.get('num_workers') or 'the'} worker(s) at {cpu:.0f}% of a core")
+    if isinstance(p50 := ev.get("step_time_ms_p50"), float):
+        figures.append(f"step p50 {p50:.0f} ms")
+    measured = ", ".join(figures) if figures else finding.summary
+    settings = "; ".join(sorted({d["why"] for d in dropped}))
+    return AdviceItem(f"no setting left to change ({settings}); measured: {measured}")
 
 
 def _rename(text: str, k: Knobs) -> str:

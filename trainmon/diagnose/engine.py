@@ -14,6 +14,7 @@ from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
 from trainmon.diagnose.host_window import host_window
 from trainmon.diagnose.rules import Rule, RuleContext
+from trainmon.diagnose.spans import idle_spans
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window
 from trainmon.numbers import is_nan
@@ -93,9 +94,10 @@ def evaluate(
             # Host and process figures over the span the steps cover, not after the run stopped.
             end = t if is_nan(w.last_end) else min(t, w.last_end)
             ctx.host = host_window(store, w.t0, end, run)  # the run's usable cores, shared with its host's runs
-            ctx.evidence = gather(store, run, w.t0, end, th.throttle_power_cap_clock, w.loader_id)
+            idle = idle_spans(w, th.long_step_factor)  # the workers are judged while the loop consumed their loader
+            ctx.evidence = gather(store, run, w.t0, end, th.throttle_power_cap_clock, w.loader_id, idle)
             own += _all(rules.PER_RUN, ctx)
-            own = [advice.fit_to_loader(f, w.loader) for f in own]  # no advice for what the loader already has
+            own = [advice.fit_to_window(f, w) for f in own]  # no advice for what the run already has
             run_findings[run.id] = own
             findings += own
         advice.localise_runs(findings, owners)

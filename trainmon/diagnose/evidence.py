@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from trainmon.diagnose.spans import Coverage, weighted_mean
 from trainmon.diagnose.stats import mean
 from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC, SW_POWER_CAP, mask_indices
 from trainmon.numbers import is_nan, known
@@ -24,7 +28,9 @@ class ProcEvidence:
     read_mb_s: float = NAN  # from the block layer
     rchar_mb_s: float = NAN  # everything read(): page cache, sockets, pipes, FUSE/NFS
     runq_ms_s: float = NAN  # time runnable but waiting for a core, per second
-    samples: int = 0  # CPU samples in its span: how long it ran there (a worker of one epoch ran part of the window)
+    # CPU samples in its span, each weighed by its share outside the idle spans: how long it ran there (a worker of
+    # one epoch ran part of the window)
+    samples: float = 0.0
     net_wait: float = NAN  # share of looks at a worker that found it waiting on the network (recv, NFS, FUSE)
     wait_unresolved: float = NAN  # share of looks at a worker blocked where the kernel did not say on what
     net_sockets: float = NAN  # network (not unix) sockets open in a worker, inherited ones included
@@ -33,15 +39,26 @@ class ProcEvidence:
     def known(self) -> bool:
         return not is_nan(self.cpu_pct)
 
+    @property
+    def blocked(self) -> float:
+        """Share of looks at its main thread that found it neither running nor runnable: asleep, in D, waiting on
+        a lock, a socket or a pipe (nan where its states were not seen)."""
+        if not is_nan(self.state_r):
+            return 1.0 - self.state_r
+        return self.state_s + self.state_d if not is_nan(self.state_s) and not is_nan(self.state_d) else NAN
+
 
 @dataclass
 class Evidence:
     main: ProcEvidence
+    loop: ProcEvidence = field(default_factory=lambda: ProcEvidence(0))  # the main process outside the idle spans
     # The workers of the loader judged (the one feeding the steps), each over the span it served it.
     workers: list[ProcEvidence] = field(default_factory=list)
     loader_id: int | None = None  # that loader (None: not known, then every loader's workers)
     other_loader_workers: int = 0  # workers of other loaders (validation, ...) left out
-    window_samples: int = 0  # host CPU samples in the window: a worker present throughout has as many
+    # host CPU samples in the window, weighed as the workers' are: a worker present throughout has as many
+    window_samples: float = 0.0
+    idle_s: float = 0.0  # time in the window the loop was not consuming the loader (left out of the workers' figures)
     disk_util_max: float = NAN
     disk_await_max: float = NAN
     disk_busiest: str | None = None
@@ -81,11 +98,32 @@ class Evidence:
         return sum(vals) if vals else NAN
 
 
-def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
-    def m(field: str) -> float:
-        return mean(store.values_between(PROC.key(pid, field), t0, t1))
+def proc_evidence(store: Store, pid: int, t0: float, t1: float, holes: Coverage | None = None) -> ProcEvidence:
+    """The process's figures over [t0, t1]; with ``holes``, each sample weighed by the share of its interval
+    outside them (see ``trainmon.diagnose.spans``), so the time the loop was elsewhere does not count."""
 
-    cpu = known(store.values_between(PROC.key(pid, "cpu_pct"), t0, t1))
+    def weights(name: str) -> tuple[array[float], list[float] | None]:
+        series = store.series.get(name)
+        if series is None:
+            return array("d"), None
+        i, j = bisect_left(series.times, t0), bisect_right(series.times, t1)
+        values = series.values[i:j]
+        if not holes or i == j:
+            return values, None
+        times = series.times
+        previous = times[i - 1] if i else times[i] - (times[i + 1] - times[i] if j > i + 1 else 1.0)
+        return values, holes.weights(times[i:j], previous)
+
+    def m(field: str) -> float:
+        values, w = weights(PROC.key(pid, field))
+        return mean(values) if w is None else weighted_mean(values, w)[0]
+
+    cpu_values, cpu_weights = weights(PROC.key(pid, "cpu_pct"))
+    if cpu_weights is None:
+        cpu = known(cpu_values)
+        cpu_pct, samples = (sum(cpu) / len(cpu) if cpu else NAN), float(len(cpu))
+    else:
+        cpu_pct, samples = weighted_mean(cpu_values, cpu_weights)
 
     def state(letter: str) -> float:
         # The main thread is the one that works (a worker's or the training loop's); helper threads
@@ -95,32 +133,35 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float) -> ProcEvidence:
 
     return ProcEvidence(
         pid,
-        sum(cpu) / len(cpu) if cpu else NAN,
+        cpu_pct,
         state("R"),
         state("S"),
         state("D"),
         m("read_mb_s"),
         m("rchar_mb_s"),
         m("runq_wait_ms_s"),
-        len(cpu),
+        samples,
         net_wait=m("net_wait"),
         wait_unresolved=m("wait_unresolved"),
         net_sockets=m("net_sockets"),
     )
 
 
-def loader_workers(store: Store, run: Run, t0: float, t1: float, loader_id: int | None) -> Evidence:
+def loader_workers(
+    store: Store, run: Run, t0: float, t1: float, loader_id: int | None, holes: Coverage | None = None
+) -> Evidence:
     """The workers of loader ``loader_id`` (default: the run's train loader) that ran within [t0, t1], each
-    over the span its iterator served it; every loader's current workers when no loader is known."""
+    over the span its iterator served it (without ``holes``: when the loop was not consuming the loader); every
+    loader's current workers when no loader is known."""
     ev = Evidence(ProcEvidence(0))
     info = run.loaders.get(loader_id) if loader_id else run.train_loader()
     if info is None:
-        ev.workers = [proc_evidence(store, pid, t0, t1) for pid in run.worker_pids()]
+        ev.workers = [proc_evidence(store, pid, t0, t1, holes) for pid in run.worker_pids()]
         return ev
     ev.loader_id = info.id
     # A sample covers the interval before it: one taken as a set of workers began belongs to the set before.
     ev.workers = [
-        proc_evidence(store, pid, math.nextafter(a, math.inf) if a > t0 else a, b)
+        proc_evidence(store, pid, math.nextafter(a, math.inf) if a > t0 else a, b, holes)
         for pid, a, b in info.workers_between(t0, t1)
     ]
     ev.other_loader_workers = sum(
@@ -192,15 +233,32 @@ def _limiting_samples(store: Store, gpu: int, t0: float, t1: float, power_cap_cl
 
 
 def gather(
-    store: Store, run: Run, t0: float, t1: float, power_cap_clock: float = 0.85, loader_id: int | None = None
+    store: Store,
+    run: Run,
+    t0: float,
+    t1: float,
+    power_cap_clock: float = 0.85,
+    loader_id: int | None = None,
+    idle: Sequence[tuple[float, float]] = (),
 ) -> Evidence:
     """Everything the rules read about ``run`` over [t0, t1]; its workers are those of ``loader_id`` (default:
-    the train loader), never other loaders' (see ``loader_workers``)."""
-    ev = loader_workers(store, run, t0, t1, loader_id)
+    the train loader), never other loaders' (see ``loader_workers``), judged outside ``idle`` (the spans in
+    which the loop was not consuming that loader: ``trainmon.diagnose.spans.idle_spans``), as is ``loop``, the
+    main process over the same spans."""
+    holes = Coverage(idle)
+    ev = loader_workers(store, run, t0, t1, loader_id, holes)
     # A run in a pid namespace the monitor could not map has no process figures (its pid here is another's).
     if run.proc_pid is not None:
         ev.main = proc_evidence(store, run.proc_pid, t0, t1)
-    ev.window_samples = len(known(store.values_between("cpu.busy", t0, t1)))
+        ev.loop = proc_evidence(store, run.proc_pid, t0, t1, holes) if holes else ev.main
+    host = store.series.get("cpu.busy")
+    if host is not None and holes:
+        i, j = bisect_left(host.times, t0), bisect_right(host.times, t1)
+        previous = host.times[i - 1] if i else t0 - 1.0
+        ev.window_samples = weighted_mean(host.values[i:j], holes.weights(host.times[i:j], previous))[1]
+    else:
+        ev.window_samples = float(len(known(store.values_between("cpu.busy", t0, t1))))
+    ev.idle_s = math.fsum(min(b, t1) - max(a, t0) for a, b in idle if b > t0 and a < t1)
     index = store.index()
     for disk in index.ids(DISK, "util_pct"):
         util = mean(store.values_between(DISK.key(disk, "util_pct"), t0, t1))

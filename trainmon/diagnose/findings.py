@@ -26,13 +26,15 @@ class AdviceItem:
     ``HIGHER``/``LOWER`` for a direction), why, and the sentence a plain PyTorch loop's user reads (``text``).
     Knobs are the DataLoader's settings, ``non_blocking`` (the host→device copy), or ``env:NAME`` for an environment
     variable; an item without settings is a change to the code or the set-up. ``at_least`` names the knobs whose
-    value is a minimum (``prefetch_factor≥2``); ``names`` the knobs it mentions without advising a value."""
+    value is a minimum (``prefetch_factor≥2``); ``names`` the knobs it mentions without advising a value; ``loaders``
+    the loaders it is about (by id) where they are not the judged one (epoch restarts of a validation loader)."""
 
     text: str
     settings: dict[str, Any] = field(default_factory=dict)
     why: str = ""
     at_least: tuple[str, ...] = ()
     names: tuple[str, ...] = ()  # knobs the sentence names without advising a new value ("do not raise ...")
+    loaders: tuple[int, ...] = ()  # the loaders it is about, where not the one whose steps were judged
 
     @property
     def knobs(self) -> tuple[str, ...]:

@@ -48,6 +48,8 @@ class RunWindow:
     _rows: tuple[Steps, int, int, bytes | None] | None = None
     # Figures read from the rows on demand, with the state of the step table they were read from.
     _memo: dict[str, tuple[tuple[Any, ...], float]] = field(default_factory=dict, repr=False, compare=False)
+    # The spans the loop was not consuming the loader (``spans.idle_spans``), with the state they were read from.
+    _idle: tuple[tuple[Any, ...], list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
     def columns(self) -> tuple[array[float], array[float], array[float], array[float]]:
         """start, end, duration and wait of every steady step in the window (C-level slices)."""

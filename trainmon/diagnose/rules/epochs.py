@@ -51,6 +51,7 @@ def epoch_restart(ctx: RuleContext) -> Finding | None:
             "outlive each epoch and its first batch comes as fast as any other",
             {"persistent_workers": True},
             "workers outlive each epoch",
+            loaders=tuple(lid for lid, _ in loaders),  # the loaders that restarted, not (only) the judged one
         )
     ]
     fresh = [m for m in methods if m in FRESH_INTERPRETER]

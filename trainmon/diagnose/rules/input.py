@@ -6,63 +6,16 @@ import math
 from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import HIGHER, AdviceItem, Finding
+from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.batch_source import batch_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.input_advice import DISK_ADVICE, NET_ADVICE, RCHAR_ADVICE
+from trainmon.diagnose.rules.input_workers import advise_workers, cpu_finding, worker_cap
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
-
-STAGE = AdviceItem("stage the dataset on local disk before training, or cache it after the first epoch")
-NET_ADVICE = (
-    STAGE,
-    AdviceItem(
-        "keep more requests in flight: a thread pool or asyncio inside each worker (or __getitems__ for a "
-        "whole batch), more workers, a higher prefetch_factor",
-        {"prefetch_factor": HIGHER},
-        "more remote requests in flight",
-    ),
-    AdviceItem("read fewer, larger objects (sharded formats) and reuse connections to amortise per-request latency"),
-)
-DISK_ADVICE = (
-    AdviceItem(
-        "pack small files into large sequential shards (WebDataset, LMDB, HDF5, TFRecord) and read them in order"
-    ),
-    AdviceItem("copy the dataset to local NVMe or RAM (/dev/shm), or cache decoded samples"),
-    AdviceItem(
-        "raise num_workers and prefetch_factor to keep more reads in flight",
-        {"num_workers": HIGHER, "prefetch_factor": HIGHER},
-        "more reads in flight",
-    ),
-)
-LATENCY_ADVICE = (
-    AdviceItem(
-        "overlap the slow requests inside each worker: a thread pool or asyncio in the dataset, "
-        "or fetch a whole batch at once (__getitems__)"
-    ),
-    AdviceItem(
-        "raise prefetch_factor so each worker keeps more samples in flight",
-        {"prefetch_factor": HIGHER},
-        "more samples in flight per worker",
-    ),
-)
-STAY_AHEAD = AdviceItem(
-    "set persistent_workers=True and prefetch_factor≥2 so workers stay ahead across epochs",
-    {"persistent_workers": True, "prefetch_factor": 2},
-    "workers stay ahead across epochs",
-    at_least=("prefetch_factor",),
-)
-RCHAR_ADVICE = (
-    STAGE,
-    AdviceItem(
-        "raise num_workers (and prefetch_factor) to keep more remote requests in flight",
-        {"num_workers": HIGHER, "prefetch_factor": HIGHER},
-        "more remote requests in flight",
-    ),
-    AdviceItem("read fewer, larger objects (sharded formats) to amortise per-request latency"),
-)
 
 
 def input_bound(ctx: RuleContext) -> Finding | None:
@@ -101,34 +54,9 @@ def input_bound(ctx: RuleContext) -> Finding | None:
     workers = w.loader.get("num_workers")
     if workers == 0:
         return _main_process(w, host, ev, th, severity, evidence, idle)
-    return _io_finding(w, host, ev, th, severity, evidence, pct) or _cpu_finding(
+    return _io_finding(w, host, ev, th, severity, evidence, pct) or cpu_finding(
         w, host, ev, th, severity, evidence, pct, workers
     )
-
-
-def worker_cap(cpu_bound: bool, cores: int, th: Thresholds) -> tuple[int, str]:
-    """The most DataLoader workers worth advising on ``cores`` usable cores, and which bound that is: one per
-    core for workers that compute ("usable_cores"); a stated multiple of the cores for workers that mostly wait
-    ("latency_per_core": past it, more processes add memory, start-up and context switches, not throughput)."""
-    cores = max(1, cores)
-    if cpu_bound:
-        return cores, "usable_cores"
-    return max(1, int(th.latency_workers_per_core * cores)), "latency_per_core"
-
-
-def _advise(evidence: dict[str, Any], wanted: int, cpu_bound: bool, cores: int, th: Thresholds) -> int:
-    """``wanted`` workers within the bound (at least 1); the evidence says which bound applied and why."""
-    cap, bound = worker_cap(cpu_bound, cores, th)
-    evidence["num_workers_cap"] = cap
-    evidence["num_workers_bound"] = bound
-    evidence["num_workers_bound_why"] = (
-        f"{cap} = one per usable core ({cores}), the workers compute"
-        if bound == "usable_cores"
-        else f"{cap} = {th.latency_workers_per_core:g} per usable core ({cores}), the workers mostly wait"
-    )
-    suggested = max(1, min(wanted, cap))
-    evidence["suggested_num_workers"] = suggested
-    return suggested
 
 
 def _main_process(
@@ -140,7 +68,7 @@ def _main_process(
     main_cpu = ev.main.cpu_pct
     cpu_bound = is_nan(main_cpu) or main_cpu >= th.worker_busy_pct
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
-    suggested = _advise(
+    suggested = advise_workers(
         evidence, max(2, math.ceil(f / max(th.advice_min_compute_share, 1 - f))), cpu_bound, host.cores, th
     )
     return Finding(
@@ -158,12 +86,28 @@ def _main_process(
                 "batches prepared in parallel with compute",
             ),
             AdviceItem(
-                "add persistent_workers=True (and pin_memory=True on a GPU) so workers survive epochs",
-                {"persistent_workers": True, "pin_memory": True},
+                "add persistent_workers=True so the workers survive epochs",
+                {"persistent_workers": True},
                 "workers survive epochs",
             ),
+            *_pin_memory(w),
         ],
     )
+
+
+def _pin_memory(w: RunWindow) -> list[AdviceItem]:
+    """pin_memory=True where batches go to a GPU (a CPU run gains nothing from pinned memory)."""
+    device = str(w.run.device or "")
+    if device.startswith("cpu"):
+        return []
+    where = "" if device.startswith("cuda") else " on a GPU"
+    return [
+        AdviceItem(
+            f"add pin_memory=True{where} so batches are copied to the device from pinned memory",
+            {"pin_memory": True},
+            "copies from pinned memory",
+        )
+    ]
 
 
 def _io_finding(
@@ -191,6 +135,8 @@ def _io_finding(
         "host_iowait_cores": rounded(host.iowait_cores, 2),
         "iowait_cores_for_workers": round(iowait_needed, 2),
     }
+    # Workers that wait on reads may be more than the cores (advice.fit_to_window stops "more" at this bound).
+    evidence["num_workers_cap"], evidence["num_workers_bound"] = worker_cap(False, host.cores, th)
     if not is_nan(net) and net >= th.net_wait_share and idle_workers and (is_nan(d_state) or net >= d_state):
         evidence["sub_cause"] = "remote"
         busy = f" and compute {cpu:.0f}% of a core" if not is_nan(cpu) else ""
@@ -268,118 +214,6 @@ def _disk_bound(host: HostWindow, ev: Evidence, th: Thresholds, main_d: float, i
         and read > th.io_disk_read_mb_s
     )
     return block_reads or (not is_nan(d_state) and d_state >= th.io_d_state) or busy_disk or iowait_bound
-
-
-def _workers_cpu(
-    host: HostWindow,
-    severity: str,
-    evidence: dict[str, Any],
-    pct: str,
-    n: int,
-    cpu: float,
-    runq: float,
-    full: bool,
-) -> Finding:
-    """CPU-bound workers that more workers cannot help: the host is saturated, or ``full`` (as many as its cores)."""
-    starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
-    if full:
-        why = f"there are already {n} workers for {host.cores} usable cores"
-    else:
-        why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
-    return Finding(
-        "input.workers_cpu",
-        severity,
-        f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
-        if not is_nan(cpu)
-        else f"{pct} and {why}: preprocessing is CPU-bound",
-        [
-            "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
-            "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
-            f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
-        ],
-        evidence,
-    )
-
-
-def _cpu_finding(
-    w: RunWindow,
-    host: HostWindow,
-    ev: Evidence,
-    th: Thresholds,
-    severity: str,
-    evidence: dict[str, Any],
-    pct: str,
-    workers: int | None,
-) -> Finding:
-    """The train loader's own workers (each over the span it ran: see Evidence.workers_mean): CPU-bound on a
-    saturated host, CPU-bound with room, or mostly waiting (latency). An advised count never exceeds what the
-    host can run: the usable cores for CPU-bound workers, a stated multiple of them for waiting ones."""
-    n = workers or 1
-    cpu = ev.workers_mean("cpu_pct")
-    runq = ev.workers_mean("runq_ms_s")
-    cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
-        not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
-    )
-    saturated = (not is_nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
-        not is_nan(runq) and runq >= th.runq_starved_ms_s * 2
-    )
-    if is_nan(cpu):  # no per-process figures: judge by the host alone
-        cpu_bound = True
-    idle_cores = host.idle_cores  # this run's share of the idle usable cores
-    evidence["sub_cause"] = "cpu" if cpu_bound else "latency"
-    needed = math.ceil(n / max(th.advice_min_compute_share, 1 - w.wait_fraction))
-    if cpu_bound and not is_nan(idle_cores):
-        needed = min(needed, n + max(1, int(idle_cores + 0.5)))
-    suggested = _advise(evidence, max(needed, n + 1), cpu_bound, host.cores, th)
-    full = cpu_bound and suggested <= n  # as many CPU-bound workers as usable cores already
-    if cpu_bound and (saturated or full):
-        return _workers_cpu(host, severity, evidence, pct, n, cpu, runq, full and not saturated)
-    if not cpu_bound and suggested <= n:
-        return Finding(
-            "input.too_few_workers",
-            severity,
-            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on something slow per sample "
-            f"(latency), and num_workers is already at its bound ({evidence['num_workers_bound_why']})",
-            [],
-            evidence,
-            [
-                AdviceItem(
-                    f"do not raise num_workers beyond {n}: more processes would add memory and context switches, "
-                    "not throughput",
-                    names=("num_workers",),
-                ),
-                *LATENCY_ADVICE,
-            ],
-        )
-    if cpu_bound:
-        summary = (
-            f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {host.cores} cores are idle"
-            if not is_nan(cpu)
-            else f"{pct} with {n} workers and idle cores"
-        )
-        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
-    else:
-        summary = (
-            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: they wait on "
-            "something slow per sample (latency), so more of them in parallel would hide it"
-        )
-        why = "each worker spends most of its time waiting, not computing"
-    bound = f" (at most {evidence['num_workers_bound_why']})"
-    return Finding(
-        "input.too_few_workers",
-        severity,
-        summary,
-        [],
-        evidence,
-        [
-            AdviceItem(
-                f"raise num_workers from {n} to {suggested}" + (f": {why}" if why else "") + bound,
-                {"num_workers": suggested},
-                why,
-            ),
-            STAY_AHEAD,
-        ],
-    )
 
 
 # ---------------------------------------------------------------- stalls

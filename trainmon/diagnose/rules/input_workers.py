@@ -1,0 +1,217 @@
+"""Input starvation with DataLoader workers that compute or wait: how many workers the host can run, and what the
+train loader's own workers show over the spans the loop consumed it (CPU-bound, waiting, or ahead of the loop)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainmon.diagnose.evidence import Evidence
+from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.rules.input_advice import FEWER_TENSORS, LATENCY_ADVICE, STAY_AHEAD
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import RunWindow
+from trainmon.numbers import is_nan, rounded
+
+
+def worker_cap(cpu_bound: bool, cores: int, th: Thresholds) -> tuple[int, str]:
+    """The most DataLoader workers worth advising on ``cores`` usable cores, and which bound that is: one per
+    core for workers that compute ("usable_cores"); a stated multiple of the cores for workers that mostly wait
+    ("latency_per_core": past it, more processes add memory, start-up and context switches, not throughput)."""
+    cores = max(1, cores)
+    if cpu_bound:
+        return cores, "usable_cores"
+    return max(1, int(th.latency_workers_per_core * cores)), "latency_per_core"
+
+
+def advise_workers(evidence: dict[str, Any], wanted: int, cpu_bound: bool, cores: int, th: Thresholds) -> int:
+    """``wanted`` workers within the bound (at least 1); the evidence says which bound applied and why."""
+    cap, bound = worker_cap(cpu_bound, cores, th)
+    evidence["num_workers_cap"] = cap
+    evidence["num_workers_bound"] = bound
+    evidence["num_workers_bound_why"] = (
+        f"{cap} = one per usable core ({cores}), the workers compute"
+        if bound == "usable_cores"
+        else f"{cap} = {th.latency_workers_per_core:g} per usable core ({cores}), the workers mostly wait"
+    )
+    suggested = max(1, min(wanted, cap))
+    evidence["suggested_num_workers"] = suggested
+    return suggested
+
+
+def _workers_cpu(
+    host: HostWindow,
+    severity: str,
+    evidence: dict[str, Any],
+    pct: str,
+    n: int,
+    cpu: float,
+    runq: float,
+    full: bool,
+) -> Finding:
+    """CPU-bound workers that more workers cannot help: the host is saturated, or ``full`` (as many as its cores)."""
+    starved = f", each waiting {runq / 10:.0f}% of the time for a core" if not is_nan(runq) and runq > 50 else ""
+    if full:
+        why = f"there are already {n} workers for {host.cores} usable cores"
+    else:
+        why = f"the host CPU is {host.cpu_busy:.0f}% busy on {host.cores} cores"
+    return Finding(
+        "input.workers_cpu",
+        severity,
+        f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
+        if not is_nan(cpu)
+        else f"{pct} and {why}: preprocessing is CPU-bound",
+        [
+            "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
+            "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
+            f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
+        ],
+        evidence,
+    )
+
+
+def cpu_finding(
+    w: RunWindow,
+    host: HostWindow,
+    ev: Evidence,
+    th: Thresholds,
+    severity: str,
+    evidence: dict[str, Any],
+    pct: str,
+    workers: int | None,
+) -> Finding:
+    """The train loader's own workers over the spans the loop consumed it (see Evidence.workers_mean): CPU-bound
+    on a saturated host, CPU-bound with room, seen waiting (latency: their main threads blocked), or ahead of the
+    loop (the loop's own thread ran through its waits). An advised count never exceeds what the host can run: the
+    usable cores, or a stated multiple of them for workers seen waiting."""
+    n = workers or 1
+    cpu = ev.workers_mean("cpu_pct")
+    runq = ev.workers_mean("runq_ms_s")
+    blocked = ev.workers_mean("blocked")
+    cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
+    )
+    saturated = (not is_nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
+        not is_nan(runq) and runq >= th.runq_starved_ms_s * 2
+    )
+    if is_nan(cpu):  # no per-process figures: judge by the host alone
+        cpu_bound = True
+    # Waiting is seen, never inferred from a low CPU figure: the workers' threads found blocked.
+    waits = not cpu_bound and not is_nan(blocked) and blocked >= 1 - th.worker_busy_pct / 100
+    evidence["workers_blocked"] = rounded(blocked, 3)
+    evidence["idle_s_left_out"] = round(ev.idle_s, 2)
+    evidence["sub_cause"] = "cpu" if cpu_bound else "latency" if waits else "unknown"
+    if waits and (ahead := _loop_ran_through(w, ev)) is not None:
+        return _receive(w, severity, evidence, pct, n, cpu, blocked, ahead)
+    idle_cores = host.idle_cores  # this run's share of the idle usable cores
+    needed = math.ceil(n / max(th.advice_min_compute_share, 1 - w.wait_fraction))
+    if cpu_bound and not is_nan(idle_cores):
+        needed = min(needed, n + max(1, int(idle_cores + 0.5)))
+    suggested = advise_workers(evidence, max(needed, n + 1), not waits, host.cores, th)
+    full = cpu_bound and suggested <= n  # as many CPU-bound workers as usable cores already
+    if cpu_bound and (saturated or full):
+        return _workers_cpu(host, severity, evidence, pct, n, cpu, runq, full and not saturated)
+    if not cpu_bound and suggested <= n:
+        return _at_bound(severity, evidence, pct, n, cpu, waits)
+    if cpu_bound:
+        summary = (
+            f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {host.cores} cores are idle"
+            if not is_nan(cpu)
+            else f"{pct} with {n} workers and idle cores"
+        )
+        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
+    elif waits:
+        summary = (
+            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core and are blocked {blocked:.0%} of the time: they "
+            "wait on something slow per sample (latency), so more of them in parallel would hide it"
+        )
+        why = "each worker spends most of its time waiting, not computing"
+    else:
+        summary = (
+            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core, and what they do the rest of the time was not "
+            "seen (no thread states): more of them help as far as the cores go"
+        )
+        why = "the workers do not keep up"
+    bound = f" (at most {evidence['num_workers_bound_why']})"
+    return Finding(
+        "input.too_few_workers",
+        severity,
+        summary,
+        [],
+        evidence,
+        [
+            AdviceItem(
+                f"raise num_workers from {n} to {suggested}" + (f": {why}" if why else "") + bound,
+                {"num_workers": suggested},
+                why,
+            ),
+            *STAY_AHEAD,
+        ],
+    )
+
+
+def _at_bound(severity: str, evidence: dict[str, Any], pct: str, n: int, cpu: float, waits: bool) -> Finding:
+    """Workers that do not compute, already as many as the bound allows."""
+    what = "they wait on something slow per sample (latency)" if waits else "what they wait on was not seen"
+    return Finding(
+        "input.too_few_workers",
+        severity,
+        f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core: {what}, and num_workers is already at its bound "
+        f"({evidence['num_workers_bound_why']})",
+        [],
+        evidence,
+        [
+            AdviceItem(
+                f"do not raise num_workers beyond {n}: more processes would add memory and context switches, "
+                "not throughput",
+                names=("num_workers",),
+            ),
+            *LATENCY_ADVICE,
+        ],
+    )
+
+
+def _loop_ran_through(w: RunWindow, ev: Evidence) -> float | None:
+    """The share of looks that found the loop's thread running, where it ran through most of its data waits
+    (at least 1 − half the wait share): the wait was its own work on each batch, not a wait on the workers.
+    None otherwise, or where its states were not seen."""
+    running = ev.loop.state_r
+    f = w.wait_fraction
+    if is_nan(running) or is_nan(f) or running < 1 - f / 2:
+        return None
+    return running
+
+
+def _receive(
+    w: RunWindow,
+    severity: str,
+    evidence: dict[str, Any],
+    pct: str,
+    n: int,
+    cpu: float,
+    blocked: float,
+    running: float,
+) -> Finding:
+    """Workers that keep ahead (blocked, waiting for indices) while the loop's thread ran through its waits:
+    the wait is the main process taking each batch from the workers. More workers cannot shorten it."""
+    evidence["sub_cause"] = "receive"
+    evidence["main_thread_running"] = rounded(running, 3)
+    per_batch = w.wait_s / w.steps * 1e3 if w.steps else math.nan
+    each = f", {per_batch:.1f} ms a step" if not is_nan(per_batch) else ""
+    return Finding(
+        "input.main_process",
+        severity,
+        f"{pct}, yet the {n} worker(s) keep ahead ({cpu:.0f}% of a core, blocked {blocked:.0%} of the time) while "
+        f"the training thread runs through its waits ({running:.0%} of looks running): the wait is the main "
+        f"process taking each batch from the workers{each}",
+        [],
+        evidence,
+        [
+            AdviceItem(
+                f"keep num_workers at {n}: the workers are ahead of the loop, more would wait longer",
+                names=("num_workers",),
+            ),
+            FEWER_TENSORS,
+        ],
+    )
