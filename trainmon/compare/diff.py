@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trainmon.compare import bootstrap as bs
 from trainmon.compare.samples import StepWindows, series_windows, span_of, step_windows, system_series
 from trainmon.labels import run_label
-from trainmon.report.schema import Report, RunRow
+from trainmon.report.schema import Report, RunRow, TimeBudgetRow
 
 if TYPE_CHECKING:
     from trainmon.diagnose.rules import Thresholds
@@ -77,6 +77,7 @@ class PairDiff:
     a: str  # "rank 0", "pid 706"
     b: str
     figures: list[FigureDiff]
+    budgets: tuple[TimeBudgetRow | None, TimeBudgetRow | None] = (None, None)  # each side's time budget
 
 
 @dataclass
@@ -202,7 +203,12 @@ def compare_system(a: Side, b: Side, seed: int = bs.SEED) -> list[FigureDiff]:
 def diff(a: Side, b: Side, seed: int = bs.SEED) -> Diff:
     pairs, unpaired = pair_runs(a, b)
     compared = [
-        PairDiff(run_name(a.runs[i][0]), run_name(b.runs[j][0]), compare_steps(a.runs[i][1], b.runs[j][1], seed))
+        PairDiff(
+            run_name(a.runs[i][0]),
+            run_name(b.runs[j][0]),
+            compare_steps(a.runs[i][1], b.runs[j][1], seed),
+            (a.runs[i][0].get("time_budget"), b.runs[j][0].get("time_budget")),
+        )
         for i, j in pairs
     ]
     return Diff(a, b, compared, unpaired, compare_system(a, b, seed), seed=seed)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainmon.compare.diff import Diff, FigureDiff, Side
+from trainmon.compare.diff import Diff, FigureDiff, PairDiff, Side
 from trainmon.compare.samples import WINDOW_S
 from trainmon.numbers import rounded
+from trainmon.report.budget import LABELS
 
 FORMATS = ("text", "markdown", "json")
 HEADER = ["figure", "A", "B", "change", "interval", "noise"]
+BUDGET_HEADER = ["time budget", "A", "B", "change"]
 
 
 def _is_share(fd: FigureDiff) -> bool:
@@ -92,6 +94,9 @@ def render_text(d: Diff, markdown: bool = False) -> str:
         title = pair.a if pair.a == pair.b else f"{pair.a} → {pair.b}"
         lines += ["", f"### {title}" if markdown else title]
         lines += _table([HEADER, *(cells(fd) for fd in pair.figures)], markdown)
+        budget = budget_cells(pair)
+        if budget:
+            lines += ["", *_table([BUDGET_HEADER, *budget], markdown)]
     if d.unpaired:
         lines += ["", f"without a partner: {', '.join(d.unpaired)}"]
     if d.system:
@@ -101,6 +106,37 @@ def render_text(d: Diff, markdown: bool = False) -> str:
     if d.gate.get("failed"):
         lines.append(f"gate failed: {d.gate['failed']}")
     return "\n".join(lines) + "\n"
+
+
+def budget_cells(pair: PairDiff) -> list[list[str]]:
+    """Both sides' time budgets part by part (seconds and share of each side's wall time), the change in share;
+    the parts either side holds time in, in the order of the budget, then the wall time."""
+    a, b = pair.budgets
+    if a is None and b is None:
+        return []
+    parts_a = a["parts_s"] if a is not None else {}
+    parts_b = b["parts_s"] if b is not None else {}
+    wall_a = a["wall_s"] if a is not None else 0.0
+    wall_b = b["wall_s"] if b is not None else 0.0
+
+    def share(parts: dict[str, float], wall: float, key: str) -> float | None:
+        return parts.get(key, 0.0) / wall if wall > 0 and parts else None
+
+    def cell(parts: dict[str, float], wall: float, key: str) -> str:
+        s = share(parts, wall, key)
+        return "n/a" if s is None else f"{parts.get(key, 0.0):.1f} s ({s:.1%})"
+
+    rows = []
+    for key in [*parts_a, *(k for k in parts_b if k not in parts_a)]:
+        if parts_a.get(key, 0.0) < 0.05 and parts_b.get(key, 0.0) < 0.05:
+            continue
+        sa, sb = share(parts_a, wall_a, key), share(parts_b, wall_b, key)
+        change = f"{round((sb - sa) * 100, 1) or 0.0:+.1f} pt" if sa is not None and sb is not None else "n/a"
+        rows.append([LABELS.get(key, key), cell(parts_a, wall_a, key), cell(parts_b, wall_b, key), change])
+    walls = [f"{w:.1f} s" if side is not None else "n/a" for side, w in ((a, wall_a), (b, wall_b))]
+    growth = f"{round((wall_b - wall_a) / wall_a, 3) or 0.0:+.1%}" if a and b and wall_a > 0 else "n/a"
+    rows.append(["wall time", *walls, growth])
+    return rows
 
 
 def _figure_json(fd: FigureDiff) -> dict[str, Any]:
@@ -136,7 +172,13 @@ def to_json(d: Diff) -> dict[str, Any]:
         "a": _side_json(d.a),
         "b": _side_json(d.b),
         "runs": [
-            {"a": p.a, "b": p.b, "figures": {fd.figure.key: _figure_json(fd) for fd in p.figures}} for p in d.pairs
+            {
+                "a": p.a,
+                "b": p.b,
+                "figures": {fd.figure.key: _figure_json(fd) for fd in p.figures},
+                "time_budget": {"a": p.budgets[0], "b": p.budgets[1]},
+            }
+            for p in d.pairs
         ],
         "unpaired": d.unpaired,
         "system": {fd.figure.key: _figure_json(fd) for fd in d.system},
