@@ -310,7 +310,7 @@ class Monitor:
                     min_steps=self.thresholds.window_steps,
                     window_memo=self.window_memo,
                 )
-                wait = w.wait_fraction
+                wait = w.wait_fraction if run.wait_measured else math.nan  # no loader, model not timed: unknown
                 if run.measured_by == "sampling":
                     wait = sampled_share(self.store, run.pid, t - self.thresholds.window_s, t)[0]
                 i, j = run.steps.index_range(t - rate_window_s, t)

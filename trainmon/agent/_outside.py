@@ -87,6 +87,7 @@ def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
 def step(self: Any, *args: Any, **kwargs: Any) -> Any:
     """An optimizer's step: the step's time outside the model is recorded as it begins (before its ``opt`` record)."""
     prev = self.__dict__.get(PREV_STEP)
+    self.__dict__["_opt_called"] = True  # what an LR scheduler's own step wrapper records (see below)
     if not _live[0] or _is_compiling():
         return prev(*args, **kwargs) if prev is not None else type(self).step(self, *args, **kwargs)
     st = _st
@@ -107,6 +108,11 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
             st[0] = st[2] = st[3] = 0
             _last_end[0] = _pc()
             _tid[0] = threading.get_ident()
+
+
+# An LR scheduler wraps ``optimizer.step`` unless it finds this mark on it, and checks the mark at its first step;
+# ``step`` records ``_opt_called`` as the scheduler's wrapper does, so a scheduler made before or after it works alike.
+step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
 
 def timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:

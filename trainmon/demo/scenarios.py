@@ -25,6 +25,7 @@ class Scenario:
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
 EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
+GPT = ("--seconds", "15", "--log-interval", "20")  # trainmon.demo.gpt: nanoGPT's loop, no DataLoader
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -298,6 +299,30 @@ SCENARIOS: dict[str, Scenario] = {
             "one worker decodes 1 ms per sample in epochs of 150 batches, restarted each epoch at little cost: "
             "input-bound all along, never an epoch-restart verdict",
             ("--workers", "1", "--cpu-ms", "1.0", "--epoch-batches", "150", *SECONDS),
+        ),
+        Scenario(
+            "gpt-get-batch",
+            "input.main_process",
+            "a nanoGPT-style loop with no DataLoader: its get_batch tokenizes random slices of a text corpus with a "
+            "pure-Python byte-level BPE in the main thread, about half of each step",
+            ("--tokenize", "live", *GPT),
+            module="trainmon.demo.gpt",
+        ),
+        Scenario(
+            "gpt-pretokenized",
+            "ok.compute_bound",
+            "the same nanoGPT-style loop over a corpus tokenized once before training: get_batch only slices token "
+            "ids, a small share of the step",
+            ("--tokenize", "ahead", *GPT),
+            module="trainmon.demo.gpt",
+        ),
+        Scenario(
+            "gpt-loader",
+            "input.main_process",
+            "the nanoGPT-style loop drawing its batches from a generator (a streaming dataset) wrapped in "
+            "trainmon.agent.loader, each tokenized in the main thread when the loop asks for it",
+            ("--tokenize", "live", "--source", "loader", *GPT),
+            module="trainmon.demo.gpt",
         ),
     )
 }

@@ -28,6 +28,14 @@ def loader_cell(cfg: LoaderConfig | None) -> str:
     )
 
 
+def _measured_as(run: RunRow) -> str:
+    """How a wait no DataLoader measured was measured, beside the figure."""
+    how = run.get("data_wait_measured_as")
+    if run["data_wait_fraction"] is None or how in (None, "dataloader", "sampling"):
+        return ""
+    return " (outside model)" if how == "outside_model" else f" ({how})"
+
+
 def run_cells(run: RunRow) -> list[str]:
     """One run's row, in the order of RUN_HEADER."""
     st = run["step_time_ms"]
@@ -37,7 +45,7 @@ def run_cells(run: RunRow) -> list[str]:
         f"{run_label(run['rank'], run['pid'])} {run['name']}".strip(),
         str(run["steps"]) if run["steps"] is not None else "sampled",
         f"{fmt(st['p50'])} / {fmt(st['p95'])}",
-        approx + fmt(wait * 100 if wait is not None else None, "%"),
+        approx + fmt(wait * 100 if wait is not None else None, "%") + _measured_as(run),
         fmt(run["samples_per_s"]),
         loader_cell(run["dataloader"]),
     ]

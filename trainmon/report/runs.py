@@ -102,9 +102,14 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
             "p95": rounded(quantile(durations, 0.95) * 1e3, 3),
         },
         "data_wait_fraction": rounded(
-            sampled_wait(store, run)[0] if sampled and store is not None else wait / total if total > 0 else math.nan,
+            sampled_wait(store, run)[0]
+            if sampled and store is not None
+            else wait / total
+            if total > 0 and run.wait_measured
+            else math.nan,
             4,
         ),
+        "data_wait_measured_as": "sampling" if sampled else run.wait_source,
         "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
         "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
         "samples_per_s": rounded(samples_per_s, 2),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from trainmon.numbers import NAN, known
+from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.batches import tokens_per_sample
 from trainmon.store.run import Run
 from trainmon.store.series import Series
@@ -95,6 +95,7 @@ def step_buckets(run: Run, edges: Sequence[float]) -> tuple[list[float], list[fl
     rate_span = max(dt, RATE_SPAN_S)
     last_end = s.end[-1]
     cum_dur, cum_wait, cum_samples = s.prefix_sums()  # O(1) per bucket however many steps it holds
+    measured = 1.0 if run.wait_measured else NAN  # no loader and the model not timed: the wait is unknown, not 0
     for k, ((i, j), (ri, rj)) in enumerate(
         zip(_step_slices(run, edges, step_span), _step_slices(run, edges, rate_span), strict=True)
     ):
@@ -102,14 +103,14 @@ def step_buckets(run: Run, edges: Sequence[float]) -> tuple[list[float], list[fl
             cnt = j - i
             dur = cum_dur[j] - cum_dur[i]
             w = cum_wait[j] - cum_wait[i]
-            wait_ms[k] = w / cnt * 1e3
-            compute_ms[k] = max(0.0, dur - w) / cnt * 1e3
-        elif k and wait_ms[k - 1] == wait_ms[k - 1] and edges[k + 1] <= last_end + 3 * step_span:
+            wait_ms[k] = w / cnt * 1e3 * measured
+            compute_ms[k] = max(0.0, dur - (w if run.wait_measured else 0.0)) / cnt * 1e3
+        elif k and compute_ms[k - 1] == compute_ms[k - 1] and edges[k + 1] <= last_end + 3 * step_span:
             wait_ms[k], compute_ms[k] = wait_ms[k - 1], compute_ms[k - 1]
         if rj > ri:
             dur = cum_dur[rj] - cum_dur[ri]
             rate[k] = (cum_samples[rj] - cum_samples[ri]) / rate_span
-            wait_pct[k] = (cum_wait[rj] - cum_wait[ri]) / dur * 100.0 if dur > 0 else NAN
+            wait_pct[k] = (cum_wait[rj] - cum_wait[ri]) / dur * 100.0 * measured if dur > 0 else NAN
         elif k and rate[k - 1] == rate[k - 1] and edges[k + 1] <= last_end + rate_span:
             rate[k], wait_pct[k] = rate[k - 1], wait_pct[k - 1]
     return wait_ms, compute_ms, rate, wait_pct
@@ -125,8 +126,10 @@ def run_values(run: Run, t: float, span: float = CURSOR_SPAN_S) -> RunValues:
     dur = sum(s.end[i:j]) - sum(s.start[i:j])
     w = sum(s.wait[i:j])
     v.step_ms = dur / cnt * 1e3
+    if not run.wait_measured:  # no loader and the model not timed: the wait is unknown, not 0
+        w = NAN
     v.wait_ms = w / cnt * 1e3
-    v.compute_ms = max(0.0, dur - w) / cnt * 1e3
+    v.compute_ms = max(0.0, dur - (0.0 if is_nan(w) else w)) / cnt * 1e3
     v.wait_pct = w / dur * 100.0 if dur > 0 else NAN
     covered = min(span, max(1e-9, t - s.start[i]))
     v.samples_s = sum(s.samples[i:j]) / covered

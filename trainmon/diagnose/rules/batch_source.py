@@ -122,10 +122,10 @@ def batch_source(
     if source is None:
         return None
     evidence["measured_as"] = source
-    main_cpu = ev.main.cpu_pct
-    evidence["sub_cause"] = "cpu" if is_nan(main_cpu) or main_cpu >= th.worker_busy_pct else "latency"
     if source == "outside_model":
         return _outside_model(w, host, th, severity, evidence)
+    main_cpu = ev.main.cpu_pct
+    evidence["sub_cause"] = "cpu" if is_nan(main_cpu) or main_cpu >= th.worker_busy_pct else "latency"
     return _other_loader(w, host, th, severity, evidence, idle, source)
 
 
@@ -162,13 +162,13 @@ def _outside_model(w: RunWindow, host: HostWindow, th: Thresholds, severity: str
                 AdviceItem("move logging and metrics off the step: accumulate on the device, read back every N steps"),
             ],
         )
-    what = f" in {data_rows[0]['function']} ({data_rows[0]['share']:.0%} of that time)" if data_rows and told else ""
+    what = f", {data_rows[0]['share']:.0%} of it in {data_rows[0]['function']}" if data_rows and told else ""
     fn = f"{data_rows[0]['function']}()" if data_rows and told else "the batch function"
     n = _workers(f, host, th)
     return Finding(
         "input.main_process",
         severity,
-        f"{f:.0%} of each step is spent outside the model preparing batches in the main thread{what}, "
+        f"{f:.0%} of each step is spent outside the model{what}: batches are prepared in the main thread, "
         f"no DataLoader{step}",
         [],
         evidence,

@@ -1,0 +1,206 @@
+"""Loops that no loader drives: the agent times the model (agent/_outside.py), the store makes a step's time outside
+it that step's data wait, and reports say null, not 0, where nothing measured the wait."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import time
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainmon import protocol as P
+from trainmon.agent import _hot, _outside
+from trainmon.agent._outside import OutsideProbe
+from trainmon.report.runs import run_summary
+from trainmon.store.store import Store
+
+MS = 1_000_000
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, pause: float = 0.0) -> torch.Tensor:
+        if pause:
+            time.sleep(pause)
+        return self.body(x)
+
+
+@contextmanager
+def _probe() -> Iterator[tuple[OutsideProbe, list[dict]]]:
+    sent: list[dict] = []
+    probe = OutsideProbe(sent.append)
+    _hot.reset_buffer()
+    try:
+        yield probe, sent
+    finally:
+        probe.uninstall()
+        _hot.reset_buffer()
+
+
+def _outside_records() -> list[tuple[int, int, int, int]]:
+    flat = _hot.swap_buffer()
+    recs = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
+    return [r for r in recs if r[0] & 0xFF == P.K_OUTSIDE]  # type: ignore[misc]
+
+
+def test_a_steps_time_outside_the_model_is_its_span_less_forward_and_backward():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with _probe() as (probe, _):
+        assert probe.enable()
+        x = torch.ones(4, 8)
+        for _ in range(4):
+            time.sleep(0.02)  # the batch, outside the model
+            net(x, pause=0.03).sum().backward()  # 30 ms inside it
+            opt.step()
+            opt.zero_grad()
+        records = _outside_records()
+    assert len(records) == 3  # the first step has no previous end to start from
+    for _tag, t0, t1, outside in records:
+        assert outside >= 20 * MS  # the sleep before the forward, at least
+        assert outside <= (t1 - t0) - 30 * MS  # never the forward's own time
+        assert t1 > t0
+
+
+def test_the_model_is_the_root_module_its_optimizer_trains_and_wrappers_undo():
+    inner = _Net()
+    wrapper = torch.nn.Sequential(inner)  # a wrapper holding the model (as DDP or torch.compile's module do)
+    opt = torch.optim.SGD(wrapper.parameters(), lr=0.01)
+    unrelated = torch.nn.Identity()  # no parameters: never timed
+    with _probe() as (probe, _):
+        assert probe.enable()
+        assert isinstance(wrapper.__dict__.get("forward"), type(wrapper.forward))
+        assert "forward" not in inner.__dict__ and "forward" not in unrelated.__dict__
+        assert opt.step.__func__ is _outside.step
+        assert getattr(torch.autograd.backward, "__trainmon_original__", None) is not None
+    assert "forward" not in wrapper.__dict__ and "step" not in opt.__dict__
+    assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
+
+
+@pytest.mark.filterwarnings("error")  # no scheduler warning about an overridden optimizer.step
+def test_a_timed_model_copies_pickles_and_keeps_an_lr_schedulers_step():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    scheduler_step = opt.__dict__["step"]
+    with _probe() as (probe, _):
+        assert probe.enable()
+        copied = copy.deepcopy(net)
+        assert copied.forward.__self__ is copied  # rebound: the copy computes with its own weights
+        x = torch.ones(2, 8)
+        assert torch.equal(copied(x), net(x))
+        buf = io.BytesIO()
+        torch.save(net, buf)
+        loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+        assert torch.equal(loaded(x), net(x))
+        assert pickle.loads(pickle.dumps(net)).body.weight.shape == (8, 8)
+        net(x).sum().backward()
+        opt.step()
+        sched.step()
+        assert opt._opt_called  # type: ignore[attr-defined]  # the scheduler's own step wrapper still ran
+        late = torch.optim.lr_scheduler.StepLR(opt, 1)  # made after the model was timed
+        opt.step()
+        late.step()
+    assert opt.__dict__["step"] is scheduler_step
+
+
+def test_a_region_dynamo_traces_holds_no_timing_code():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with _probe() as (probe, _):
+        assert probe.enable()
+
+        @torch.compile(backend="eager", fullgraph=True)  # a graph break would raise
+        def step(x: torch.Tensor) -> torch.Tensor:
+            return net(x).relu()
+
+        assert step(torch.ones(2, 8)).shape == (2, 8)
+        assert opt.step.__func__ is _outside.step
+
+
+def _counts(opt: int, groups: int = 0, waits: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(opt=opt, groups=groups, wait={1: waits} if waits else {})
+
+
+def test_the_probe_switches_on_only_for_steps_no_loader_fed():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with _probe() as (probe, _):
+        for _ in range(10):
+            probe.observe(_counts(opt=4, groups=4, waits=4))  # a DataLoader loop: nothing patched, ever
+        assert not probe.on and "forward" not in net.__dict__
+        probe.observe(_counts(opt=3))
+        assert not probe.on
+        probe.observe(_counts(opt=3))  # 6 steps in a row with no batch
+        assert probe.on and "forward" in net.__dict__ and "step" in opt.__dict__
+        probe.observe(_counts(opt=4, groups=2, waits=2))  # a GAN's two optimizers per batch: a loader drives it
+        assert not probe.on and "forward" not in net.__dict__
+
+
+def _loaderless(store: Store, steps: int, outside_from: int, outside_ms: float = 20.0) -> None:
+    """Steps of 50 ms with no loader; from step ``outside_from`` on, each told ``outside_ms`` outside the model."""
+    store.hello(1, 0.0, {"pid": 10})
+    recs: list[int] = []
+    t = 0
+    for k in range(steps):
+        end = t + 50 * MS
+        if k >= outside_from:
+            recs += [P.K_OUTSIDE, t, end - MS, int(outside_ms * MS)]
+        recs += [P.K_OPT, end, end, 0]
+        t = end
+    store.events(1, t / 1e9, array("q", recs))
+
+
+def test_a_steps_wait_is_its_time_outside_the_model_and_earlier_steps_are_warm_up():
+    store = Store(cap=None)
+    _loaderless(store, 60, outside_from=10)
+    run = store.runs[1]
+    assert run.wait_source == "outside_model" and run.deriver.outside_steps == 50
+    steps = run.steps
+    assert all(steps.warm[k] for k in range(10))  # not measured: warm-up, never a wait of 0
+    assert [round(steps.wait[k] * 1e3, 6) for k in range(10, 60)] == [20.0] * 50
+    summary = run_summary(run)
+    assert summary["data_wait_fraction"] == pytest.approx(0.4)
+    assert summary["data_wait_measured_as"] == "outside_model"
+
+
+def test_nothing_measured_is_null_not_zero():
+    store = Store(cap=None)
+    _loaderless(store, 40, outside_from=40)  # optimizer steps only: the model was never timed
+    run = store.runs[1]
+    summary = run_summary(run)
+    assert run.wait_source is None and summary["steps"] == 40
+    assert summary["data_wait_fraction"] is None and summary["data_wait_measured_as"] is None
+
+
+def test_outside_messages_are_cleaned():
+    raw = {"outside": {"samples": 12, "model_samples": -3, "hot": [{"name": "get_batch", "line": 7}, 5, {"x": 1}]}}
+    assert P.clean_info(raw) == {
+        "outside": {
+            "samples": 12,
+            "model_samples": 0,
+            "hot": [
+                {
+                    "name": "get_batch",
+                    "file": "",
+                    "line": 7,
+                    "samples": 0,
+                    "leaf": "",
+                    "leaf_file": "",
+                    "loop": False,
+                }
+            ],
+        }
+    }
+    assert P.clean_info({"loader": {"id": 2, "kind": "bogus"}})["loader"]["kind"] is None
+    assert P.clean_info({"loader": {"id": 2, "kind": "torchdata"}})["loader"]["kind"] == "torchdata"
