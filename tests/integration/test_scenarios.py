@@ -3,27 +3,53 @@ run under a real `trainmon record`; the report must name that bottleneck."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 
 import pytest
 
 from testsupport.procs import child_env, report_json, start_recorder, stop
 from trainmon.demo.scenarios import SCENARIOS, command
+from trainmon.diagnose import Thresholds, VerdictTracker, evaluate
 from trainmon.record import load_recording
 
 
-def run_scenario(name: str, addr: str, tmp_path) -> dict:
+def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
+    """The scenario under a real ``trainmon record --json``; its report. The training's output and the recorder's
+    ticks (the live verdict) are kept beside the recording (NAME.out, NAME.ticks)."""
     scenario = SCENARIOS[name]
     rec = str(tmp_path / f"{name}.tmrec")
-    recorder = start_recorder(addr, rec)
+    if scenario.thresholds:  # the recorder and the report read them from the config file
+        config = tmp_path / "config" / "trainmon" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text("[thresholds]\n" + "".join(f"{k} = {v!r}\n" for k, v in scenario.thresholds))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    recorder = start_recorder(addr, rec, "--json")
+    ticks = ""
     try:
         res = subprocess.run(
             command(scenario), env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=240
         )
+        (tmp_path / f"{name}.out").write_text(res.stdout)
         assert res.returncode == scenario.status, res.stderr[-3000:]
     finally:
-        stop(recorder)
+        ticks, _ = stop(recorder)
+        (tmp_path / f"{name}.ticks").write_text(ticks)
     return report_json(rec)
+
+
+def freeze_times(out: str) -> tuple[float, float]:
+    """When the training froze and resumed, as it printed them (monotonic seconds: the recordings' clock)."""
+    found = re.search(r"froze at ([\d.]+) resumed at ([\d.]+)", out)
+    assert found, out[-2000:]
+    return float(found[1]), float(found[2])
+
+
+def live_ticks(ticks: str, t0: float, t1: float) -> list[dict]:
+    """The recorder's ticks (its --json lines: the live banner's verdict, every finding) within [t0, t1]."""
+    lines = [json.loads(line) for line in ticks.splitlines() if line.startswith("{")]
+    return [tick for tick in lines if t0 <= tick["t"] <= t1]
 
 
 def mark_time(rec: str, name: str) -> float:
@@ -34,21 +60,65 @@ def mark_time(rec: str, name: str) -> float:
     return marks[0] - (store.first_t or 0.0)
 
 
+def first_epoch_end(rec: str) -> float:
+    """When the train loader's second epoch began (its second iterator), in seconds from the recording's start:
+    where a cache filled by the first epoch is warm."""
+    store, _ = load_recording(rec)
+    (run,) = [r for r in store.runs.values() if r.measured_by == "agent"]
+    train = run.train_loader()
+    starts = [t for t, lid in run.iter_starts if train is not None and lid == train.id]
+    assert len(starts) >= 2, f"one epoch only in {rec}"
+    return starts[1] - (store.first_t or 0.0)
+
+
+def live_banner(rec: str) -> list[tuple[float, str]]:
+    """The live verdict a monitor would have shown, a tick a second through the recording: (seconds from its
+    start, code) at each change of the banner."""
+    store, _ = load_recording(rec)
+    th = Thresholds()
+    tracker = VerdictTracker(th.hold_s, th.change_hold_s)
+    first = store.first_t or 0.0
+    end = max(r.last_seen for r in store.runs.values())
+    t = first + 1.0
+    while t < end + 1.0:
+        changes: list = []
+        tracker.update(t, evaluate(store, t, th, changes=changes), changes)
+        t += 1.0
+    return [(round(at - first, 1), code) for at, code in tracker.changes]
+
+
+def advised_in_place(report: dict) -> list[str]:
+    """Advice items (of the verdict and every finding) that set a DataLoader setting to the value the run's
+    loader already has."""
+    have = report["runs"][0]["dataloader"]
+    out = []
+    for finding in [report["verdict"], *report["findings"]]:
+        for item in finding["advice_items"]:
+            for knob, value in item["settings"].items():
+                if knob in have and have[knob] is not None and value == have[knob]:
+                    out.append(f"{finding['code']}: {item['text']}")
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_scenario_is_diagnosed(name, addr, tmp_path):
+def test_scenario_is_diagnosed(name, addr, tmp_path, monkeypatch):
     scenario = SCENARIOS[name]
-    report = run_scenario(name, addr, tmp_path)
+    report = run_scenario(name, addr, tmp_path, monkeypatch)
     verdict = report["verdict"]
     detail = f"{verdict['code']}: {verdict['summary']} | timeline {report['timeline']}"
     assert verdict["code"] == scenario.expected, detail
     assert verdict["advice"] and verdict["evidence"]
     assert len(report["runs"]) == scenario.ranks
+    # Every second of each run's wall time in one part of its time budget.
+    assert all(abs(sum(b["parts_s"].values()) - b["wall_s"]) <= 0.01 * b["wall_s"] for b in budgets(report)), report
     if scenario.timeline:
         judged = [e["code"] for e in report["timeline"] if e["code"] != "insufficient_data"]
         positions = [judged.index(code) for code in scenario.timeline if code in judged]
         assert len(positions) == len(scenario.timeline) and positions == sorted(positions), detail
-        # The report's phases split where the job switched DataLoaders (the demo marks the moment).
-        switch = mark_time(str(tmp_path / f"{name}.tmrec"), "switch")
+        # The report's phases split where the job switched DataLoaders or its samples' cost changed (the demo marks
+        # the moment; a cache filled by the first epoch is warm when the second begins).
+        rec = str(tmp_path / f"{name}.tmrec")
+        switch = first_epoch_end(rec) if name == "cache-warm" else mark_time(rec, "switch")
         after = next(e for e in report["timeline"] if e["code"] == scenario.timeline[-1])
         assert abs(after["t"] - switch) <= 3.0, f"switched at {switch:.1f} s | {detail}"
     elif scenario.expected.startswith("input."):
@@ -56,7 +126,7 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
         assert {e["code"] for e in report["timeline"]} - {"insufficient_data"} == {scenario.expected}, detail
     if name == "healthy":
         assert not [f for f in report["findings"] if f["severity"] != "ok"], report["findings"]
-    if name != "hang":  # no false alarm: every other scenario steps until it ends
+    if scenario.expected != "stall.hang":  # no false alarm: every other scenario steps until it ends
         assert "stall.hang" not in {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
     if name == "hang":
         ev = verdict["evidence"]
@@ -71,6 +141,22 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
         assert threads["metrics-rotate"][0] == "MetricsLog._rotate_later", threads
         worker = [f[0] for t in procs["worker"]["threads"] if t["main"] for f in t["frames"]]
         assert "_worker_loop" in worker, worker  # the workers live on, waiting for indices
+    if name == "freeze":
+        # The freeze where the training says it was, for as long, in the timeline, the budget and the live banner.
+        froze, resumed = freeze_times((tmp_path / f"{name}.out").read_text())
+        first = load_recording(str(tmp_path / f"{name}.tmrec"))[0].first_t or 0.0
+        (hung,) = [e for e in report["timeline"] if e["code"] == "stall.hang"]
+        assert abs(hung["t"] - (froze - first)) <= 2.0 and abs(hung["end"] - (resumed - first)) <= 2.0, detail
+        (budget,) = budgets(report)
+        (frozen,) = budget["freezes"]
+        assert frozen["resumed"] and abs(frozen["length_s"] - (resumed - froze)) <= 2.0, budget
+        assert abs(budget["parts_s"]["frozen"] - (resumed - froze)) <= 2.0, budget
+        assert verdict["evidence"]["resumed"] is True and verdict["evidence"]["frozen_share"] >= 0.05, detail
+        assert verdict["evidence"]["main_thread_in"].startswith("MetricsUploader.log"), detail
+        ticks = (tmp_path / f"{name}.ticks").read_text()
+        assert any((t["verdict"] or {}).get("code") == "stall.hang" for t in live_ticks(ticks, froze, resumed)), detail
+        after = [f["code"] for t in live_ticks(ticks, resumed + 1.5, 1e12) for f in t["findings"]]
+        assert after and "stall.hang" not in after, after  # once it steps again, the live rule lets go
     if name == "gc":
         ev = verdict["evidence"]
         assert "gen-2 garbage collection" in verdict["summary"] and verdict["advice"][0].startswith("call gc.freeze()")
@@ -114,13 +200,24 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
             assert ev["suggested_num_workers"] <= ev["num_workers_cap"], finding
             cap = ev["cores"] * (1 if ev["num_workers_bound"] == "usable_cores" else 4)
             assert ev["num_workers_cap"] == cap, finding
-    if name == "lightning":
+    if "--switch-at" not in scenario.args:  # one train loader all along: its settings are the run's
+        assert not advised_in_place(report), advised_in_place(report)
+    if name in ("lightning", "lightning-run"):
         # The train loader's one worker is busy all the time: judged on its own (never averaged with the
-        # validation loader's), more workers help only as far as the usable cores go.
+        # validation loader's) and over the time the loop consumed it (validation left out), more workers help
+        # only as far as the usable cores go, with the Lightning callback or attached with no code change.
         ev = verdict["evidence"]
         assert ev["sub_cause"] == "cpu" and ev["workers_cpu_pct_mean"] >= 70, detail
         assert ev["num_workers_bound"] == "usable_cores" and ev["suggested_num_workers"] <= ev["cores"], detail
         assert ev["other_loader_workers"] >= 1, detail  # the validation loader's workers were there, left out
+        assert ev["idle_s_left_out"] > 0 and ev["framework"] == "lightning", detail
+    if name == "cache-warm":
+        # The live banner follows the warm cache within a few seconds, as the report's phases do.
+        banner = live_banner(str(tmp_path / f"{name}.tmrec"))
+        warm = first_epoch_end(str(tmp_path / f"{name}.tmrec"))
+        shown = [(t, code) for t, code in banner if code != "insufficient_data"]
+        assert shown[0][1].startswith("input.") and shown[-1][1] == "ok.compute_bound", banner
+        assert 0 <= shown[-1][0] - warm <= 5.0, f"warm at {warm:.1f} s, banner {banner}"
     if name == "epoch-restart":
         ev = verdict["evidence"]
         assert ev["persistent_workers"] is False and ev["start_method"] == "fork", detail
@@ -134,3 +231,7 @@ def test_scenario_is_diagnosed(name, addr, tmp_path):
     if name == "epoch-persistent":
         (run,) = report["runs"]
         assert run["epoch_restarts"] == 0 and run["dataloader"]["persistent_workers"] is True, run
+
+
+def budgets(report: dict) -> list[dict]:
+    return [r["time_budget"] for r in report["runs"] if r["time_budget"] is not None]

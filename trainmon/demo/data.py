@@ -3,8 +3,10 @@
 Each sample costs what the options ask for (``trainmon.demo.options``): CPU work (decode/augment), uncached random
 reads from a real file (O_DIRECT), HTTP GETs from a slow loopback object store (remote storage, through
 urllib.request as object-store clients do), a client-side rate limiter (latency), a plain sleep (latency), and
-optionally a per-worker index built before the first sample. `trainmon.demo.train` (and ``trainmon.demo.lit``)
-build their DataLoaders over it.
+optionally a per-worker index built before the first sample. With ``--cache-samples`` each process keeps what it
+decoded in a dict, as datasets that cache decoded samples in memory do: the first pass over the data pays the
+cost, later passes (with persistent workers) are served from the cache. `trainmon.demo.train` (and
+``trainmon.demo.lit``) build their DataLoaders over it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 PAGE = 4096
 
@@ -101,6 +104,9 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
     class SyntheticDataset(Dataset):
         def __init__(self) -> None:
             self.io = _Io()
+            # --cache-samples: what this process decoded, by index (each worker fills its own copy; persistent
+            # workers keep theirs across epochs, new workers start empty).
+            self.cache: dict[int, tuple[Any, int]] = {}
 
         def __len__(self) -> int:
             return size
@@ -122,6 +128,14 @@ def build_dataset(args: argparse.Namespace, size: int, rank: int = 0):
             return self.io
 
         def __getitem__(self, index: int):
+            if args.cache_samples and (hit := self.cache.get(index)) is not None:
+                return hit
+            sample = self._load(index)
+            if args.cache_samples:
+                self.cache[index] = sample
+            return sample
+
+        def _load(self, index: int) -> tuple[Any, int]:
             if args.cpu_ms:
                 spin(args.cpu_ms / 1e3)
             if args.sleep_ms:

@@ -3,20 +3,28 @@
 A LightningModule, a train and a validation DataLoader over the demo's dataset (the same workers and
 per-sample costs), ``Trainer.fit`` with ``TrainmonCallback``: validation runs inside epochs every
 ``--eval-every`` steps (``--eval-batches`` batches of a validation set as large as an epoch), and workers are
-started again by every epoch and every validation run unless ``--persistent``.
+started again by every epoch and every validation run unless ``--persistent``. With ``--zero-code`` the fit runs
+with no trainmon in its code, attached through the environment as ``trainmon run -- python -m trainmon.demo.lit``
+attaches it.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from datetime import timedelta
 
 from trainmon.demo.train import build_dataset, epoch_size, parse, with_worker_setup
 
+ZERO_CODE = "--zero-code"  # run the fit in a child attached through the environment, as `trainmon run` does
+
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if ZERO_CODE in argv:
+        return zero_code([a for a in argv if a != ZERO_CODE])
     args = parse(argv)
     import lightning as L
     import torch
@@ -88,6 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     trainer.fit(Model(), loader(epoch_size(args), shuffle=True), val if eval_batches else None)
     print("global_step", trainer.global_step, flush=True)
     return 0
+
+
+def zero_code(argv: list[str]) -> int:
+    """The same fit with no trainmon in its code, attached the way ``trainmon run`` attaches a command: a child
+    interpreter whose ``sitecustomize`` (``trainmon.launch.agent_env``) attaches the agent to ``TRAINMON_ADDR``
+    at start-up; the agent then gives the Trainer its callback when the Trainer is made."""
+    from trainmon.launch import agent_env
+
+    address = os.environ.get("TRAINMON_ADDR")
+    if not address:
+        print("trainmon.demo.lit: --zero-code needs TRAINMON_ADDR (the monitor's address)", file=sys.stderr)
+        return 2
+    with agent_env(address) as env:
+        return subprocess.call([sys.executable, "-m", "trainmon.demo.lit", "--no-attach", *argv], env=env)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=512, help="hidden width: sets compute per step")
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--persistent", action="store_true")
+    p.add_argument(
+        "--cache-samples",
+        action="store_true",
+        help="each process keeps the samples it loaded in a dict: a miss costs what the options ask, a hit nothing",
+    )
     p.add_argument("--pin-memory", action="store_true")
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--checkpoint-mb", type=float, default=64.0)
@@ -79,6 +84,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--hang-after", type=float, default=0.0, help="rotate the metrics log after this long: a deadlock (0: never)"
     )
     p.add_argument("--watchdog-s", type=float, default=0.0, help="exit (faulthandler) after this long without a step")
+    p.add_argument(
+        "--upload-stall-after",
+        type=float,
+        default=0.0,
+        help="ship metrics to a loopback collector that stops answering after this long: a freeze (0: no upload)",
+    )
+    p.add_argument("--upload-timeout-s", type=float, default=12.0, help="the metrics upload's socket timeout")
     p.add_argument("--trace-nodes", type=int, default=0, help="a Python tree of this many nodes per step, cached")
     p.add_argument("--trace-keep", type=int, default=60, help="steps whose trees the cache keeps")
     p.add_argument("--epoch-batches", type=int, default=0, help="batches per epoch (0: one epoch for the whole run)")

@@ -21,11 +21,25 @@ class Scenario:
     timeline: tuple[str, ...] = ()  # expected order of verdict changes, where it matters
     status: int = 0  # the training's exit status (a hung one is ended by its own watchdog)
     module: str = "trainmon.demo.train"  # the training (trainmon.demo.lit: the same, as a Lightning fit)
+    thresholds: tuple[tuple[str, float], ...] = ()  # judged with these (a config file's [thresholds]), else defaults
 
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
 EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
 GPT = ("--seconds", "15", "--log-interval", "20")  # trainmon.demo.gpt: nanoGPT's loop, no DataLoader
+LIGHTNING = (
+    "--workers",
+    "1",
+    "--cpu-ms",
+    "1.0",
+    "--epoch-batches",
+    "120",
+    "--eval-every",
+    "50",
+    "--eval-batches",
+    "10",
+    *SECONDS,
+)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -165,6 +179,31 @@ SCENARIOS: dict[str, Scenario] = {
             status=1,
         ),
         Scenario(
+            "freeze",
+            "stall.hang",
+            "a background thread uploads metrics under the loop's log lock; after 6 s the collector stops answering "
+            "and the upload waits out its 12 s socket timeout, the loop blocked on the lock: a freeze that resumes "
+            "(judged with hang_min_s = 8)",
+            (
+                "--workers",
+                "2",
+                "--cpu-ms",
+                "0.02",
+                "--width",
+                "1024",
+                "--persistent",
+                "--upload-stall-after",
+                "6",
+                "--upload-timeout-s",
+                "12",
+                "--seconds",
+                "26",
+                "--steps",
+                "1000000",
+            ),
+            thresholds=(("hang_min_s", 8.0),),
+        ),
+        Scenario(
             "straggler",
             "dist.straggler",
             "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
@@ -265,20 +304,36 @@ SCENARIOS: dict[str, Scenario] = {
             "input.too_few_workers",
             "a plain Lightning fit: train and validation loaders with one CPU-bound worker each (1 ms per sample), "
             "validation of 10 batches every 50 steps inside 120-batch epochs, workers restarted by every epoch",
+            LIGHTNING,
+            module="trainmon.demo.lit",
+        ),
+        Scenario(
+            "lightning-run",
+            "input.too_few_workers",
+            "the lightning fit with no trainmon in its code, attached through the environment as trainmon run attaches "
+            "it: the agent gives the Trainer its callback; the train worker is judged while the loop consumed it",
+            (*LIGHTNING, "--zero-code"),
+            module="trainmon.demo.lit",
+        ),
+        Scenario(
+            "cache-warm",
+            "input.too_few_workers",
+            "one persistent worker decodes 6 ms per sample into a cache of its own: the first epoch (about 10 s) "
+            "misses and the loop waits on it, later epochs hit and the model's compute is the limit (one DataLoader)",
             (
                 "--workers",
                 "1",
+                "--persistent",
+                "--cache-samples",
                 "--cpu-ms",
-                "1.0",
+                "6",
+                "--width",
+                "3072",
                 "--epoch-batches",
-                "120",
-                "--eval-every",
                 "50",
-                "--eval-batches",
-                "10",
                 *SECONDS,
             ),
-            module="trainmon.demo.lit",
+            timeline=("input.too_few_workers", "ok.compute_bound"),
         ),
         Scenario(
             "epoch-restart",
