@@ -11,6 +11,10 @@ retries in the background), and frozen with SIGSTOP (the socket fills, the sende
 The floor: a bare Python wrapper around ``_BaseDataLoaderIter.__next__`` (no agent), measured the same way.
 On a CUDA machine, also the CUDA loop (sync debug mode "error" proves the agent adds no synchronisation).
 
+A loop with no DataLoader (a batch made in the loop, a forward, a backward, an optimizer step and zero_grad) has its
+own row: there the agent times the model (agent/_outside.py), switched on and off between blocks the same way; the
+in-process stack sampler's cost is measured on its own (per sample, times its rate).
+
     python benchmarks/agent_overhead.py [--pairs 1000] [--steps 200] [--json FILE]
 """
 
@@ -22,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +81,24 @@ class Loop:
             p.grad = p * 0 + x
             opt.step()
         torch.cuda.synchronize()
+        return (time.perf_counter_ns() - t0) / steps, (time.thread_time_ns() - c0) / steps
+
+
+class ModelLoop:
+    """A loop no DataLoader feeds: its batch made in the loop, then forward, backward, optimizer step, zero_grad."""
+
+    def __init__(self) -> None:
+        self.model = torch.nn.Linear(16, 16)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.0)
+        self.x = torch.zeros(4, 16)
+
+    def block(self, steps: int) -> tuple[float, float]:
+        model, opt, x = self.model, self.opt, self.x
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        for _ in range(steps):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
         return (time.perf_counter_ns() - t0) / steps, (time.thread_time_ns() - c0) / steps
 
 
@@ -196,6 +219,54 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         agent.detach()
 
 
+def no_loader_row(address: str, pairs: int, steps: int) -> Row:
+    """The model timed in a loop with no DataLoader: per-step cost, and the stack sampler's on its own."""
+    from trainmon.agent import _frames
+
+    agent.attach(address)
+    loop = ModelLoop()
+    try:
+        probe = agent._agent.outside  # type: ignore[union-attr]
+        probe.tries = 1 << 30  # switched on and off here only, never by the sender thread
+        tid = agent._agent.sender._thread.native_id  # type: ignore[union-attr]
+        r = paired(loop.block, probe.enable, probe.disable, pairs, steps, tid, settle=50)
+        probe.enable()
+        sampler = probe.sampler
+        assert sampler is not None
+        sampler.stop()
+        done = threading.Event()
+
+        def train() -> None:  # the thread sampled: the loop, timed as in a real run
+            while not done.is_set():
+                loop.block(50)
+
+        worker = threading.Thread(target=train, daemon=True)
+        worker.start()
+        sampler.tid[0] = worker.ident or 0
+        n = 2000
+        c0 = time.thread_time_ns()
+        for _ in range(n):
+            sampler.sample_once()
+        per_sample = (time.thread_time_ns() - c0) / n
+        done.set()
+        worker.join()
+    finally:
+        agent.detach()
+    per_s = per_sample * _frames.RATE_HZ
+    return Row(
+        "per step, loop with no DataLoader (model timed)",
+        "measured (no target)",
+        f"{r['cpu_ns'] / 1e3:.2f} µs",
+        note=(
+            f"forward, backward, step and zero_grad wrapped and a K_OUTSIDE record; training-thread CPU "
+            f"{r['thread_cpu_ns'] / 1e3:.2f} µs + sender {r['sender_ns'] / 1e3:.3f} µs; wall-clock median "
+            f"{r['ns'] / 1e3:+.2f} µs; loop {r['base_ns'] / 1e3:.1f} µs/step; stack sampler "
+            f"{per_sample / 1e3:.1f} µs per sample at {_frames.RATE_HZ:.0f}/s = {per_s / 1e6:.2f} ms of CPU per "
+            f"second ({per_s / 1e7:.3f} % of a core)"
+        ),
+    )
+
+
 def start_recorder(tmp: str, address: str) -> subprocess.Popen:
     rec = subprocess.Popen(
         [PY, "-m", "trainmon", "record", "-o", os.path.join(tmp, "overhead.tmrec"), "--listen", address, "-q"],
@@ -256,6 +327,7 @@ def measure(pairs: int, steps: int) -> list[Row]:
             rec.send_signal(signal.SIGCONT)
         rows.append(step_row("per step, monitor frozen (SIGSTOP)", frozen, "the sender drops the oldest records"))
         rows[-1].anchor = floor_txt
+        rows.append(no_loader_row(address, pairs, steps))
     finally:
         force_stop(rec)
     return rows

@@ -81,10 +81,12 @@ def test_the_model_is_the_root_module_its_optimizer_trains_and_wrappers_undo():
         assert probe.enable()
         assert isinstance(wrapper.__dict__.get("forward"), type(wrapper.forward))
         assert "forward" not in inner.__dict__ and "forward" not in unrelated.__dict__
-        assert opt.step.__func__ is _outside.step
-        assert getattr(torch.autograd.backward, "__trainmon_original__", None) is not None
-    assert "forward" not in wrapper.__dict__ and "step" not in opt.__dict__
-    assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
+        assert opt.step.__func__ is _outside.step and opt.zero_grad.__func__ is _outside.zero_grad
+        for timed in (torch.autograd.backward, torch.nn.utils.clip_grad_norm_):  # the optimizer's work is inside
+            assert getattr(timed, "__trainmon_original__", None) is not None
+    assert "forward" not in wrapper.__dict__ and "step" not in opt.__dict__ and "zero_grad" not in opt.__dict__
+    for timed in (torch.autograd.backward, torch.nn.utils.clip_grad_norm_):
+        assert getattr(timed, "__trainmon_original__", None) is None
 
 
 @pytest.mark.filterwarnings("error")  # no scheduler warning about an overridden optimizer.step

@@ -4,24 +4,26 @@ Such a loop gives the agent optimizer steps and no ``__next__`` to time, so its 
 optimizer steps in a row came with no loader batch (the sender thread sees that in the records it collects), the
 agent times the model itself: the forward of each root module holding parameters (the optimizer's first: found once
 from its parameters, by one scan of the garbage collector's objects, so a DDP or ``torch.compile`` wrapper is the
-module timed, never what it wraps), ``torch.autograd.backward`` and each optimizer's ``step``. A step's time outside
-the model is then its span (from the end of the previous optimizer step to the start of this one) less the time in
-forward and backward inside it; it is sent just before the step's ``opt`` record, as a ``K_OUTSIDE`` record.
+module timed, never what it wraps), ``torch.autograd.backward``, and the optimizer's work: each optimizer's ``step``
+and ``zero_grad`` and ``torch.nn.utils.clip_grad_norm_``. A step's time outside the model is its span (from the end of
+the previous optimizer step to the start of this one) less the time in all of those inside it; it is sent just before
+the step's ``opt`` record, as a ``K_OUTSIDE`` record.
 
 Why "step time minus forward, backward and optimizer", not "from optimizer.step to the next forward": nanoGPT fetches
 the next batch right after the forward, inside its gradient-accumulation loop, before backward (so the host prepares
 it while the GPU runs the forward). A boundary between two calls misses a batch fetched anywhere else; the
 difference holds it wherever the loop fetches it, and with gradient accumulation every micro-batch's fetch too. The
-price: it also holds what else the loop does outside the model (``zero_grad``, gradient clipping, logging, the loop's
-own Python), which the stack samples of ``_frames.py`` tell apart. On CUDA it is the host's time, which may overlap
-queued GPU work (nothing here synchronises); a loop that calls the model inside ``optimizer.step(closure)`` is not
-measured (its forward comes after the step began).
+price: it also holds what else the loop does outside the model (logging, metrics, the loop's own Python), which the
+stack samples of ``_frames.py`` tell apart. On CUDA it is the host's time, which may overlap queued GPU work
+(nothing here synchronises); a loop that calls the model inside ``optimizer.step(closure)`` is not measured (its
+forward comes after the step began).
 
 Cost: nothing for loops with a loader (nothing is patched). Once switched on, each forward, backward and
-optimizer step pays a Python wrapper (benchmarks/agent_overhead.py has the figure). The wrappers are bound methods
-of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled model loads without them), check
-``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only call through: no timing code is
-traced) and are removed when a loader drives the loop again, on ``detach()`` and in forked children.
+optimizer call pays a Python wrapper (benchmarks/agent_overhead.py has the figure). The wrappers of modules and
+optimizers are bound methods of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled
+model loads without them), check ``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only
+call through: no timing code is traced) and are removed when a loader drives the loop again, on ``detach()`` and in
+forked children.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ MAX_TRIES = 3
 MAX_ROOTS = 16  # modules timed: those holding the optimizers' parameters first, then other ones with parameters
 PREV_FORWARD = "_trainmon_forward"  # a module's own instance-level forward (torch.compile's), called by ours
 PREV_STEP = "_trainmon_step"  # an optimizer's own instance-level step (an LR scheduler's wrapper)
+PREV_ZERO = "_trainmon_zero_grad"
 
 _pc = time.perf_counter_ns
 # [depth inside the model, when the outermost call began, ns inside since the last step, forwards since it]
@@ -115,10 +118,11 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
 step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
 
-def timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.autograd.backward`` (which ``Tensor.backward`` calls), timed as inside the model."""
+def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A function of torch timed as inside the model: ``torch.autograd.backward`` (which ``Tensor.backward`` calls),
+    ``torch.nn.utils.clip_grad_norm_`` (the optimizer's work, as ``zero_grad``)."""
 
-    def backward(*args: Any, **kwargs: Any) -> Any:
+    def inside(*args: Any, **kwargs: Any) -> Any:
         if not _live[0] or _is_compiling():
             return orig(*args, **kwargs)
         st = _st
@@ -132,10 +136,28 @@ def timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
             if not st[0]:
                 st[2] += _pc() - st[1]
 
-    backward.__wrapped__ = orig  # type: ignore[attr-defined]
-    backward.__trainmon_original__ = orig  # type: ignore[attr-defined]
-    backward.__doc__ = orig.__doc__
-    return backward
+    inside.__wrapped__ = orig  # type: ignore[attr-defined]
+    inside.__trainmon_original__ = orig  # type: ignore[attr-defined]
+    inside.__doc__ = orig.__doc__
+    inside.__name__ = getattr(orig, "__name__", "inside")
+    return inside
+
+
+def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """An optimizer's zero_grad, timed as inside the model (the optimizer's work)."""
+    prev = self.__dict__.get(PREV_ZERO)
+    if not _live[0] or _is_compiling():
+        return prev(*args, **kwargs) if prev is not None else type(self).zero_grad(self, *args, **kwargs)
+    st = _st
+    if not st[0]:
+        st[1] = _pc()
+    st[0] += 1
+    try:
+        return prev(*args, **kwargs) if prev is not None else type(self).zero_grad(self, *args, **kwargs)
+    finally:
+        st[0] -= 1
+        if not st[0]:
+            st[2] += _pc() - st[1]
 
 
 def find_targets(torch: Any) -> tuple[list[Any], list[Any]]:
@@ -263,16 +285,22 @@ class OutsideProbe:
             self._undo.append(_bind(module, "forward", PREV_FORWARD, forward))
         for opt in optimizers:
             self._undo.append(_bind(opt, "step", PREV_STEP, step))
-        autograd = torch.autograd
-        orig = autograd.backward
-        if getattr(orig, "__trainmon_original__", None) is None:
-            autograd.backward = timed_backward(orig)
+            self._undo.append(_bind(opt, "zero_grad", PREV_ZERO, zero_grad))
+        self._time(torch.autograd, "backward")
+        self._time(torch.nn.utils, "clip_grad_norm_")
 
-            def undo() -> None:
-                if getattr(autograd.backward, "__trainmon_original__", None) is orig:
-                    autograd.backward = orig
+    def _time(self, owner: Any, name: str) -> None:
+        """``owner.name`` (a module's function, looked up at each call) timed as inside the model."""
+        orig = getattr(owner, name, None)
+        if orig is None or getattr(orig, "__trainmon_original__", None) is not None:
+            return
+        setattr(owner, name, timed(orig))
 
-            self._undo.append(undo)
+        def undo() -> None:
+            if getattr(getattr(owner, name, None), "__trainmon_original__", None) is orig:
+                setattr(owner, name, orig)
+
+        self._undo.append(undo)
 
     def _unpatch(self) -> None:
         while self._undo:
@@ -304,7 +332,7 @@ def _compiling_check(torch: Any) -> Callable[[], bool]:
 
 def own_codes() -> frozenset[Any]:
     """The code objects of the wrappers above: a stack sample tells by them where the model begins."""
-    return frozenset({forward.__code__, step.__code__, timed_backward(lambda: None).__code__})
+    return frozenset({forward.__code__, step.__code__, zero_grad.__code__, timed(_never).__code__})
 
 
 def measured() -> int:

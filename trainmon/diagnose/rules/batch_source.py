@@ -63,7 +63,7 @@ KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         ),
         ("torch/utils/data", "datasets/", "tokenizers/", "tiktoken/", "PIL/", "torchvision/", "webdataset/"),
     ),
-    ("loop", ("zero", "clip", "unscale", "update", "step"), ("torch/optim", "nn/utils/clip_grad", "torch/amp")),
+    ("loop", ("zero", "clip", "unscale", "update", "step"), ("torch/optim", "clip_grad", "torch/amp")),
 )
 
 

@@ -1,0 +1,134 @@
+"""Batch sources that are not DataLoaders, end to end: nanoGPT-style trainings (trainmon.demo.gpt) under a real
+``trainmon record --json``, held against what each training measures of its own batch time.
+
+The live verdict is the tick stream's headline (what the screen's banner shows); the report is ``trainmon report``
+of the recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testsupport.procs import child_env, report_json, stop, trainmon_cmd, wait_for
+from trainmon.demo.scenarios import SCENARIOS, command
+
+TOLERANCE = 0.07  # the report's data wait against the script's own batch share
+
+
+def _record(addr: str, tmp_path: Path, cmd: list[str], name: str) -> tuple[dict, list[dict], str]:
+    """(the report, the live ticks, the training's stdout) of ``cmd`` run under a recorder."""
+    rec = str(tmp_path / f"{name}.tmrec")
+    ticks_path = tmp_path / f"{name}.ticks"
+    with open(ticks_path, "w") as ticks_out:  # a file, not a pipe: nothing reads the ticks while it runs
+        recorder = subprocess.Popen(
+            trainmon_cmd("record", "--output", rec, "--listen", addr, "--json", "--interval", "0.5"),
+            env=child_env(),
+            stdout=ticks_out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        assert wait_for(lambda: os.path.exists(addr) or recorder.poll() is not None, 20), "recorder did not start"
+        res = subprocess.run(cmd, env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=240)
+        assert res.returncode == 0, res.stderr[-3000:]
+        time.sleep(1.0)  # the agent's last records are read before the recorder stops
+    finally:
+        stop(recorder)
+    ticks = [json.loads(line) for line in ticks_path.read_text().splitlines() if line.startswith("{")]
+    return report_json(rec), ticks, res.stdout
+
+
+def _scenario(name: str, addr: str, tmp_path: Path, *extra: str) -> tuple[dict, dict, list[dict], str]:
+    own = tmp_path / f"{name}.self.json"
+    cmd = command(SCENARIOS[name], ["--self-report", str(own), *extra])
+    report, ticks, stdout = _record(addr, tmp_path, cmd, name)
+    return report, json.loads(own.read_text()), ticks, stdout
+
+
+def _live_codes(ticks: list[dict]) -> list[str]:
+    return [t["verdict"]["code"] for t in ticks if t["verdict"] and t["verdict"]["code"] != "insufficient_data"]
+
+
+def test_a_slow_get_batch_is_input_bound_live_and_in_the_report(addr, tmp_path):
+    report, own, ticks, stdout = _scenario("gpt-get-batch", addr, tmp_path)
+    assert "batches took" in stdout and own["batch_fraction"] > 0.25, own
+    verdict = report["verdict"]
+    detail = f"{verdict['code']}: {verdict['summary']} | self {own}"
+    assert verdict["code"] == "input.main_process", detail
+    ev = verdict["evidence"]
+    assert ev["measured_as"] == "outside_model" and ev["batch_function"].endswith("get_batch"), detail
+    assert ev["outside_by_kind"]["data"] >= 0.5 and ev["num_workers"] is None, detail
+    assert "get_batch() off the main thread" in verdict["advice"][0], verdict["advice"]
+    (run,) = report["runs"]
+    assert run["data_wait_measured_as"] == "outside_model"
+    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
+    live = _live_codes(ticks)
+    assert live and live[-1] == "input.main_process", live[-10:]
+    waits = [r["data_wait_fraction"] for t in ticks[-5:] for r in t["runs"]]
+    assert all(w is not None and abs(w - own["batch_fraction"]) <= 0.15 for w in waits), (waits, own)
+
+
+def test_a_cheap_get_batch_stays_compute_bound_with_a_small_wait(addr, tmp_path):
+    report, own, ticks, _ = _scenario("gpt-pretokenized", addr, tmp_path)
+    verdict = report["verdict"]
+    assert verdict["code"] == "ok.compute_bound", f"{verdict['code']}: {verdict['summary']} | self {own}"
+    (run,) = report["runs"]
+    wait = run["data_wait_fraction"]
+    assert wait is not None and 0 < wait < 0.05 and run["data_wait_measured_as"] == "outside_model", run
+    assert abs(wait - own["batch_fraction"]) <= TOLERANCE, (wait, own)
+    assert _live_codes(ticks)[-1] == "ok.compute_bound"
+
+
+def test_a_generator_wrapped_in_trainmon_loader_is_timed_as_a_loader(addr, tmp_path):
+    report, own, _, _ = _scenario("gpt-loader", addr, tmp_path)
+    verdict = report["verdict"]
+    assert verdict["code"] == "input.main_process", f"{verdict['code']}: {verdict['summary']} | self {own}"
+    assert verdict["evidence"]["measured_as"] == "iterable" and "bpe-stream" in verdict["summary"]
+    (run,) = report["runs"]
+    assert run["data_wait_measured_as"] == "iterable" and run["dataloader"]["batch_size"] == 8, run
+    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
+
+
+def test_a_torchdata_loader_is_timed_as_a_loader(addr, tmp_path):
+    pytest.importorskip("torchdata.nodes")
+    report, own, _, _ = _scenario("gpt-loader", addr, tmp_path, "--source", "torchdata", "--seconds", "10")
+    verdict = report["verdict"]
+    assert verdict["code"] == "input.main_process", f"{verdict['code']}: {verdict['summary']} | self {own}"
+    (run,) = report["runs"]
+    assert run["data_wait_measured_as"] == "torchdata" and verdict["evidence"]["source_workers"] == 0, run
+    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
+
+
+LOOP = """
+import time, trainmon.agent
+trainmon.agent.attach()
+import torch
+w = torch.zeros(64, 64)
+end = time.monotonic() + 6
+while time.monotonic() < end:
+    x = torch.randn(64, 64) @ w  # a step with no loader and no optimizer: nothing measures its data wait
+    time.sleep(0.02)
+    trainmon.agent.step()
+"""
+
+
+def test_a_wait_nothing_measures_is_null_and_na(addr, tmp_path):
+    report, ticks, _ = _record(addr, tmp_path, [sys.executable, "-c", LOOP], "unmeasured")
+    (run,) = report["runs"]
+    assert run["steps"] > 50 and run["data_wait_fraction"] is None and run["data_wait_measured_as"] is None, run
+    assert ticks and all(r["data_wait_fraction"] is None for t in ticks for r in t["runs"] if r["steps"])
+    text = subprocess.run(
+        trainmon_cmd("report", str(tmp_path / "unmeasured.tmrec")),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    row = next(line for line in text.splitlines() if line.startswith("pid ") and "python -c" in line)
+    assert " n/a " in row and "0.0%" not in row, row
