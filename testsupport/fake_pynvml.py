@@ -4,7 +4,14 @@
 source, trainmon.sources.gpu), under the real names, with the real return types (ctypes structures, plain ints
 and strs, lists of samples) and the real error hierarchy (NVMLError(code) instantiates the NVMLError_<Name>
 subclass). Tests configure it through `devices`, `add_device`, `remove_device`, `enable_mig`, `fail`, `hide`,
-`push_util_samples`, `push_process_samples` and read `calls` to see what was asked.
+`push_util_samples`, `push_process_samples`, `set_power`, `reset_energy` and read `calls` to see what was asked.
+
+Energy: each GPU's total energy counter (nvmlDeviceGetTotalEnergyConsumption, millijoules since the driver
+loaded) grows at the device's draw (``draw_mw``; its reported power where that is None) by the fake's clock
+(``clock``: the fake's own, which only `advance` and the sample pushes move, unless a test gives one such as
+time.monotonic), brought up to date whenever it is read or the power changes (`set_power`). A GPU made with
+``energy_counter=False`` has none (older than Volta): the call raises NotSupported. `reset_energy` starts the
+counter again from 0, as a driver reload does. MIG device handles have none (NotSupported); their GPU has.
 
 MIG (A100, H100): `enable_mig(i, profiles)` puts GPU i in MIG mode with one MIG device per profile. As in NVML,
 MIG devices are not counted by nvmlDeviceGetCount nor reached by nvmlDeviceGetHandleByIndex: only through
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import string
 from collections import Counter, deque
+from collections.abc import Callable
 from ctypes import (
     POINTER,
     Structure,
@@ -293,6 +301,12 @@ class FakeDevice:
     clock_reasons: int = 0
     pcie_rx_kb: int = 2048
     pcie_tx_kb: int = 512
+    # The total energy counter (Volta and newer; False: NotSupported), in mJ since the driver loaded, and the draw
+    # it integrates (None: power_mw; a real GPU's power reading is an average that can miss what the counter sees).
+    energy_counter: bool = True
+    energy_mj: float = 987_654_321.0
+    draw_mw: int | None = None
+    energy_t: float | None = None  # the fake clock's time up to which energy_mj is counted
     gpm_supported: bool = False
     # NVML_GPM_METRIC_* id → value; ids left out answer NOT_SUPPORTED in their metric slot.
     gpm: dict[int, float] = field(
@@ -344,8 +358,17 @@ class FakeNvml:
     """Module-like fake of `pynvml`. All NVML_* constants, error classes and structures are attributes too."""
 
     def __init__(
-        self, n_devices: int = 1, *, gpm: bool = False, init_error: int | None = None, **device_values: Any
+        self,
+        n_devices: int = 1,
+        *,
+        gpm: bool = False,
+        init_error: int | None = None,
+        clock: Callable[[], float] | None = None,
+        **device_values: Any,
     ) -> None:
+        self.clock_us = 1_700_000_000_000_000
+        # Seconds: what the energy counters accumulate over (by default the fake's own clock, which stands still).
+        self.clock: Callable[[], float] = clock if clock is not None else (lambda: self.clock_us / 1e6)
         self.devices: list[FakeDevice] = []
         self.init_error = init_error
         self.init_count = 0
@@ -353,7 +376,6 @@ class FakeNvml:
         self.failures: dict[str, int] = {}  # function name → code, for every device
         self.hidden: set[str] = set()
         self.calls: Counter[str] = Counter()
-        self.clock_us = 1_700_000_000_000_000
         self._gpm_samples: dict[int, tuple[FakeDevice, int] | None] = {}
         self._gpm_next = 1
         self._gpm_seq = 0
@@ -377,6 +399,7 @@ class FakeNvml:
         # Distinct from the first hex digit on (for up to 15 devices), like real UUIDs in practice.
         values.setdefault("uuid", f"GPU-{(0x11111111 * (n + 1)) & 0xFFFFFFFF:08x}-beef-4a5b-8c9d-0123456789{n:02x}")
         dev = FakeDevice(**values)
+        dev.energy_t = self.clock()
         self.devices.append(dev)
         return dev
 
@@ -439,6 +462,24 @@ class FakeNvml:
     def advance(self, seconds: float) -> None:
         self.clock_us += int(seconds * 1e6)
 
+    def set_power(self, index: int, power_mw: int, draw_mw: int | None = None) -> None:
+        """From now on GPU ``index`` reports ``power_mw`` and its counter grows at ``draw_mw`` (None: the same)."""
+        dev = self._present()[index]
+        self._count_energy(dev)
+        dev.power_mw, dev.draw_mw = power_mw, draw_mw
+
+    def reset_energy(self, index: int) -> None:
+        """The driver reloads: GPU ``index``'s energy counter starts again from 0."""
+        dev = self._present()[index]
+        self._count_energy(dev)
+        dev.energy_mj = 0.0
+
+    def energy_j(self, index: int) -> float:
+        """GPU ``index``'s counter now, in joules (what a test computes by hand from)."""
+        dev = self._present()[index]
+        self._count_energy(dev)
+        return dev.energy_mj / 1e3
+
     def push_util_samples(self, index: int, values: list[float], period_us: int = 166_667) -> None:
         dev = self._present()[index]
         for v in values:
@@ -456,6 +497,12 @@ class FakeNvml:
 
     def _present(self) -> list[FakeDevice]:
         return [d for d in self.devices if not d.removed]
+
+    def _count_energy(self, dev: FakeDevice) -> None:
+        now = self.clock()
+        if dev.energy_t is not None and now > dev.energy_t:
+            dev.energy_mj += (dev.power_mw if dev.draw_mw is None else dev.draw_mw) * (now - dev.energy_t)
+        dev.energy_t = now
 
     def _enter(self, name: str, device: FakeDevice | None = None) -> None:
         self.calls[name] += 1
@@ -551,6 +598,13 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return self._dev("nvmlDeviceGetPowerUsage", handle).power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        dev = self._dev("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if not dev.energy_counter:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        self._count_energy(dev)
+        return int(dev.energy_mj)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return self._dev("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw

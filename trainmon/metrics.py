@@ -135,6 +135,16 @@ GPU = Family(
         "mem_total_mb": Field("MiB", "GPU memory total", "trainmon_gpu_memory_total_bytes", MIB),
         "power_w": Field("W", "GPU power draw", "trainmon_gpu_power_watts", report="power_w"),
         "power_limit_w": Field("W", "GPU enforced power limit", "trainmon_gpu_power_limit_watts"),
+        # A counter (trainmon.sources.gpu_energy): the exporter writes a Prometheus name ending in _total as one.
+        "energy_j": Field(
+            "J",
+            "GPU energy since the monitor began watching it (NVML's total energy counter; power × time where the GPU "
+            "has none or the counter went back)",
+            "trainmon_gpu_energy_joules_total",
+        ),
+        "energy_counter": Field(
+            "1/0", "how the energy since the previous sample was measured: 1 NVML's energy counter, 0 power × time"
+        ),
         "temp_c": Field("°C", "GPU temperature", "trainmon_gpu_temperature_celsius", report="temp_c"),
         "sm_clock_mhz": Field("MHz", "GPU SM clock", "trainmon_gpu_sm_clock_hertz", 1e6, "sm_clock_mhz"),
         "mem_clock_mhz": Field("MHz", "GPU memory clock"),
@@ -347,6 +357,15 @@ RUN_SAMPLED = Metric(
     "has no step figures (trainmon attach PID gives exact ones); 0 for a run with an agent",
 )
 RUN_GPU = Metric("trainmon_run_gpu", "1 for each GPU the run trains on (join on gpu with the trainmon_gpu_* metrics)")
+RUN_ENERGY_STEP = Metric(
+    "trainmon_run_energy_per_step_joules",
+    "GPU energy per step over the live window, on the run's own GPUs (whole GPUs: see trainmon_run_energy_shared)",
+)
+RUN_ENERGY_SAMPLE = Metric("trainmon_run_energy_per_sample_joules", "GPU energy per sample over the live window")
+RUN_ENERGY_SHARED = Metric(
+    "trainmon_run_energy_shared",
+    "1 where another watched run trains on one of the run's GPUs: its energy figures are the whole GPUs', not split",
+)
 RUN_VERDICT = Metric(
     "trainmon_run_verdict_info", "1, labelled with the code and severity of the finding that heads this run now"
 )

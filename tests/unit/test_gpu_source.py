@@ -59,6 +59,8 @@ def test_values_flow_through_with_unit_conversions():
     src = GpuSource(fake, pid_exists=here)
     assert src.error is None and src.available
     out = src.sample(1.0)
+    # Energy (tests/unit/test_gpu_energy.py): none used yet at the first sample, no interval measured.
+    assert out.pop("gpu.0.energy_j") == 0.0 and isnan(out.pop("gpu.0.energy_counter"))
     assert out == {
         "gpu.0.util": 93.0,
         "gpu.0.util_min": 93.0,
@@ -250,7 +252,9 @@ ERRORS = {
 @pytest.mark.parametrize("code", list(ERRORS))
 @pytest.mark.parametrize("function", list(FEEDS))
 def test_a_failing_call_makes_only_its_series_nan(function, code):
-    clean = GpuSource(FakeNvml(2)).sample(1.0)
+    clean_src = GpuSource(FakeNvml(2))
+    clean_src.sample(1.0)
+    clean = clean_src.sample(2.0)  # the second tick, as below: its energy measures an interval
     fake = FakeNvml(2)
     fake.fail(function, code, device=1)
     src = GpuSource(fake, pid_exists=here)

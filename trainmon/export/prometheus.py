@@ -24,6 +24,7 @@ from prometheus_client.core import (
 )
 
 from trainmon import metrics as M
+from trainmon.diagnose.energy import LIVE_WINDOW_S, RunEnergy, live_energy
 from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import run_label
@@ -92,15 +93,16 @@ class MonitorCollector:
 
     def _family(self, family: Family, latest: dict[str, float]) -> Iterator[Any]:
         exported = FAMILY_EXPORTS[family.name]
-        families: dict[str, GaugeMetricFamily] = {}
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for key, value in latest.items():
             parsed = family.parse(key)
             if parsed is None or parsed[1] not in exported or not _ok(value):
                 continue
             field = exported[parsed[1]]
             name = field.name
+            kind = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily  # the schema's counters
             fam = families.get(name) or families.setdefault(
-                name, GaugeMetricFamily(name, field.help, labels=["host", family.id_label])
+                name, kind(name, field.help, labels=["host", family.id_label])
             )
             fam.add_metric([self.host, parsed[0]], value * field.scale)
         yield from families.values()
@@ -145,8 +147,11 @@ class MonitorCollector:
         sampled = _gauge(M.RUN_SAMPLED, labels)
         on_gpu = _gauge(M.RUN_GPU, [*labels, "gpu"])
         verdict = _gauge(M.RUN_VERDICT, [*labels, "code", "severity"])
+        energy = (_gauge(M.RUN_ENERGY_STEP, labels), _gauge(M.RUN_ENERGY_SAMPLE, labels))
+        shared = _gauge(M.RUN_ENERGY_SHARED, labels)
         idents = self._identities()
         per_sample = self._tokens_per_sample()
+        joules = self._energy(snap)
         for r in snap.runs:
             job_id, node = idents.get(r.run_id, ("", self.host))
             lv = [self.host, node, job_id, "" if r.rank is None else str(r.rank), str(r.pid), r.name]
@@ -171,10 +176,33 @@ class MonitorCollector:
             up.add_metric(lv, 1.0 if r.connected else 0.0)
             for g in r.gpus:
                 on_gpu.add_metric([*lv, str(g)], 1.0)
+            if (e := joules.get(r.run_id)) is not None:
+                for gauge, value in zip(energy, (e.joules_per_step, e.joules_per_sample), strict=True):
+                    if _ok(value):
+                        gauge.add_metric(lv, value)
+                shared.add_metric(lv, 1.0 if e.shared_with else 0.0)
             top = run_finding(snap.findings, run_label(r.rank, r.pid))
             if top is not None:
                 verdict.add_metric([*lv, top.code, top.severity], 1.0)
-        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict)
+        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict, *energy, shared)
+
+    def _energy(self, snap: Snapshot) -> dict[int, RunEnergy]:
+        """Each agent run's GPU energy over the live window (its own GPUs), by run id, where it was measured."""
+        store = self.monitor.store
+        th = getattr(self.monitor, "thresholds", None)
+        window = th.window_s if isinstance(th, Thresholds) else LIVE_WINDOW_S
+        out: dict[int, RunEnergy] = {}
+        t = getattr(snap, "t", None)
+        if not isinstance(t, (int, float)):  # a snapshot without its instant: no live window
+            return out
+        with store.lock:
+            for r in snap.runs:
+                run = store.runs.get(r.run_id)
+                if run is not None and r.gpus and r.measured_by == "agent":
+                    e = live_energy(store, run, t, window, list(r.gpus))
+                    if e is not None:
+                        out[r.run_id] = e
+        return out
 
     def _identities(self) -> dict[int, tuple[str, str]]:
         """(job id, node) of each run of the store, by run id."""

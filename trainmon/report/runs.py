@@ -8,6 +8,7 @@ from typing import Any
 from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.stats import quantile
 from trainmon.numbers import rounded
+from trainmon.report.energy import energy_part
 from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, RunSummary
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
@@ -128,6 +129,7 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
         "argv": run.hello.get("argv"),
         "job": {"id": run.job_id, "node": run.node, "global_rank": run.rank},
         "framework": framework(run),
+        **energy_part(store, run),
     }
 
 

@@ -70,7 +70,26 @@ class EpochRestarts(TypedDict):
     epoch_restart_fraction: float | None  # that cost / the run's wall time from its first iterator with workers
 
 
-class RunSummary(EpochRestarts):
+class RunEnergyRow(TypedDict):
+    """A run's GPU energy over its steady state, on its own GPUs (``trainmon.diagnose.energy``)."""
+
+    joules_per_step: float | None
+    joules_per_sample: float | None
+    joules_per_token: float | None  # sequence batches only
+    method: str  # "nvml_counter", "power_integration" (power × time), or "mixed" (some intervals each way)
+    joules: float | None  # over the steps measured
+    steps: int  # the steady steps measured
+    unmeasured_steps: int  # steady steps left out: some interval they touch had no energy figure
+    gpus: list[int]
+    # Other runs on these GPUs meanwhile: the figures are then the whole GPUs' energy, not split between them
+    shared_with: list[str]
+
+
+class RunEnergyPart(TypedDict, total=False):
+    energy: RunEnergyRow  # only where the run's GPUs recorded energy and a steady step was measured
+
+
+class RunSummary(EpochRestarts, RunEnergyPart):
     """One run's figures over its steady state (warm-up steps excluded)."""
 
     pid: int  # in the monitor's pid namespace where known (own, mapped); else (unmapped) the agent's own

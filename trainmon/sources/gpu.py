@@ -27,6 +27,7 @@ from trainmon.numbers import NAN, is_nan
 from trainmon.sources.base import Source
 from trainmon.sources.gpm import GpmReader
 from trainmon.sources.gpu_devices import Device, parse_visible, proc_exists
+from trainmon.sources.gpu_energy import EnergyMeter, counter_value
 from trainmon.sources.gpu_open import DeviceList
 from trainmon.sources.gpu_procs import ProcessLister
 from trainmon.sources.nvml import FAIL, FUNCTIONS, DeviceLost, NvmlBinding, error_text, newer_samples, value_field
@@ -55,6 +56,7 @@ SCALAR_READS = (
     ScalarRead("pcie_rx_mb_s", ("nvmlDeviceGetPcieThroughput",), 1 / 1024, "pcie_rx"),
     ScalarRead("pcie_tx_mb_s", ("nvmlDeviceGetPcieThroughput",), 1 / 1024, "pcie_tx"),
 )
+ENERGY_FUNCTIONS = {"energy": ("nvmlDeviceGetTotalEnergyConsumption",)}  # millijoules since the driver loaded
 
 
 class GpuSource(Source):
@@ -70,7 +72,9 @@ class GpuSource(Source):
         # The binding records n/a reasons (into this source's) as its calls fail; sampling clears them as values
         # come back. It logs through this source's log_once.
         self._binding = NvmlBinding(
-            {**FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}}, reasons=self._na, log_once=self.log_once
+            {**FUNCTIONS, **ENERGY_FUNCTIONS, **{r.field: r.entry_points for r in SCALAR_READS}},
+            reasons=self._na,
+            log_once=self.log_once,
         )
         self._call = self._binding.call
         self._now = 0.0
@@ -82,6 +86,7 @@ class GpuSource(Source):
         self._procs = ProcessLister(self._binding, self, self._list, pid_exists)
         self._visible: set[int] | None = None
         self._usage: dict[int, dict[str, Any]] | None = None  # the last sample's process lists, not yet handed out
+        self._energy: dict[int, EnergyMeter] = {}  # by device id: kept while a device is lost and opened again
         self._init(nvml_module)
 
     # ------------------------------------------------------------------ setup
@@ -166,12 +171,14 @@ class GpuSource(Source):
         for s in names:
             out[s] = NAN
         if d.lost is not None:
+            self._energy_meter(d).restart()
             return
         try:
             self._read_device(d, now, out)
         except DeviceLost as e:
             for s in names:
                 out[s] = NAN
+            self._energy_meter(d).restart()
             self._list.lose(d, e.reason, now)
 
     def _put(self, out: dict[str, float], key: str, value: float) -> None:
@@ -203,8 +210,38 @@ class GpuSource(Source):
                 d.sm_clock_max = float(v)
         if not is_nan(d.sm_clock_max):
             put(out, k["sm_clock_max_mhz"], d.sm_clock_max)
+        self._read_energy(d, now, out)
         if d.gpm is not None:
             self._gpm.read(d, d.gpm, now, out)
+
+    def _energy_meter(self, d: Device) -> EnergyMeter:
+        meter = self._energy.get(d.index)
+        if meter is None:
+            meter = self._energy[d.index] = EnergyMeter()
+        return meter
+
+    def _read_energy(self, d: Device, now: float, out: dict[str, float]) -> None:
+        """The energy since the previous sample (`trainmon.sources.gpu_energy`): NVML's counter where the GPU has
+        one (asked no more once it says Not Supported), else the power just read, integrated."""
+        k = d.keys
+        raw = self._call(d, "energy", (), d.handle)
+        counter = None if raw is FAIL else counter_value(raw)
+        meter = self._energy_meter(d)
+        resets = meter.resets
+        total, method = meter.update(now, counter, out.get(k["power_w"], NAN))
+        if meter.resets > resets:
+            self.log_once(
+                ("energy-reset", d.index),
+                "gpu.%d energy counter went back or jumped (driver reloaded?): that interval is power × time",
+                d.index,
+                level=logging.INFO,
+            )
+        if is_nan(total):
+            self.na(k["energy_j"], self.na_reason(k["power_w"]) or "neither energy counter nor power")
+            return
+        self._put(out, k["energy_j"], total)
+        if not is_nan(method):
+            self._put(out, k["energy_counter"], method)
 
     def _read_util_range(self, d: Device, util: float, out: dict[str, float]) -> None:
         k = d.keys

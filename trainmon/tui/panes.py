@@ -23,6 +23,7 @@ from trainmon.tui.charts import (
     overlay_marks,
     pairs,
 )
+from trainmon.tui.energy_cells import energy_line, per_step
 from trainmon.tui.lines import Geometry, Line, Track, plain
 from trainmon.tui.theme import Glyphs
 from trainmon.view import Frame, RunView
@@ -253,6 +254,11 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
         mem = f"{fmt_mb(v.get('mem_used_mb'))}/{fmt_mb(v.get('mem_total_mb'))}"
         power = f"{fmt_num(v.get('power_w'), 0)}/{fmt_num(v.get('power_limit_w'), 0)}W"
         mem_line: Line = [_lbl("mem "), _val(mem), _lbl(" · pwr "), _val(power)]
+        energy = g.energy[0] if g.energy else None  # the first run on this GPU ("*": shared with another)
+        if energy is not None and height < 4:  # energy per step in place of the power limit (and total memory)
+            shown = fmt_mb(v.get("mem_used_mb")) if size.compact else mem
+            mem_line = [_lbl("mem "), _val(shown), _lbl(" " if size.compact else " · ")]
+            mem_line += [_val(f"{fmt_num(v.get('power_w'), 0)}W "), *per_step(energy)]
         pcie_line: Line = [
             _lbl("pcie h2d "),
             _val(fmt_rate(v.get("pcie_rx_mb_s"))),
@@ -279,15 +285,17 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
                 [
                     _val(fmt_pct(v.get("util")), "util", True),
                     _lbl(" "),
-                    _val(mem),
+                    _val(mem if energy is None else fmt_mb(v.get("mem_used_mb"))),
                     _lbl(" "),
                     _val(f"{fmt_num(v.get('power_w'), 0)}W"),
                     ("!" if g.throttle else "", "warning", True),
+                    *([_lbl(" "), *per_step(energy)] if energy is not None else []),
                 ]
             ]
         else:
+            energy_lines = [energy_line(energy)] if energy is not None else []
             values = (
-                [util_line, mem_line, pcie_line, extra][:height]
+                [util_line, mem_line, *energy_lines, pcie_line, extra][:height]
                 if height >= 4
                 else ([util_line, mem_line, extra if (g.throttle or g.gpm) else pcie_line][:height])
             )

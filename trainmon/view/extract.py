@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainmon.diagnose.energy import live_energy
+from trainmon.diagnose.evidence import run_gpus
 from trainmon.labels import loader_summary
 from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.store.store import Store
-from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, GpuView, ProcRow, RunView
+from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, EnergyView, GpuView, ProcRow, RunView
 from trainmon.view.nvml_procs import nvml_figures
 from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
 
@@ -82,6 +84,7 @@ def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> li
             if d.get("mig_mode"):
                 mig_mode.add(d["index"])
     out = []
+    energy = energy_views(store, t)
     for idx in store.index().int_ids(GPU, "util"):
 
         def s(field: str, idx: int = idx) -> Series | None:
@@ -118,10 +121,26 @@ def gpu_views(store: Store, edges: Sequence[float], t: float, hold: float) -> li
             view.mig_of, slot = migs[idx]
             view.label = f"MIG{view.mig_of}.{slot}"
             view.mig_profile = view.name.rpartition(" MIG ")[2] if " MIG " in view.name else ""
+        view.energy = [e for e in energy if idx in e.gpus]
         no_util = not known(util) and is_nan(values["util"])
         if no_util and (idx in migs or idx in mig_mode):
             view.util_note = MIG_NOTE if idx in migs else MIG_MODE_NOTE
         out.append(view)
+    return out
+
+
+def energy_views(store: Store, t: float) -> list[EnergyView]:
+    """Each agent run's GPU energy over the live window before ``t``, on its own GPUs, where measured."""
+    gpus = store.index().int_ids(GPU, "util")
+    out = []
+    for run in sorted(store.runs.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid)):
+        if run.measured_by != "agent" or run.first_seen > t:
+            continue
+        own = run_gpus(store, run, gpus)
+        e = live_energy(store, run, t, gpus=own) if own else None
+        if e is not None:
+            shared = bool(e.shared_with)
+            out.append(EnergyView(run.label, e.joules_per_step, e.joules_per_sample, e.method, e.gpus, shared))
     return out
 
 

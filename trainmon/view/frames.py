@@ -97,6 +97,18 @@ class AgentlessView:
 
 
 @dataclass
+class EnergyView:
+    """A run's GPU energy over the live window before the instant shown (``trainmon.diagnose.energy``)."""
+
+    run: str  # "rank 1" or "pid 4242"
+    j_step: float
+    j_sample: float
+    method: str  # "nvml_counter", "power_integration", "mixed"
+    gpus: list[int]
+    shared: bool  # another run trains on one of these GPUs: the figures are the whole GPUs'
+
+
+@dataclass
 class GpuView:
     index: int
     name: str
@@ -110,6 +122,7 @@ class GpuView:
     util_note: str = ""  # why NVML gives no utilisation: "n/a on MIG", "n/a in MIG mode"
     mig_of: int | None = None  # a MIG device's GPU
     mig_profile: str = ""  # "3g.40gb"
+    energy: list[EnergyView] = field(default_factory=list)  # the runs training on this GPU
 
 
 @dataclass

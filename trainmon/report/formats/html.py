@@ -7,6 +7,7 @@ from trainmon.labels import run_label
 from trainmon.metrics import DISK, GPU, SeriesIndex
 from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, COLOURS, budget_blocks, budget_parts
 from trainmon.report.cells import RUN_HEADER, run_cells
+from trainmon.report.energy import ENERGY_TITLE, energy_lines
 from trainmon.report.formats.base import ReportInput
 from trainmon.report.formats.svg import PAD_B, PAD_T, H, W, bars, esc, frame, nice_max, polyline, x_of
 from trainmon.report.schema import Report, SeriesSection, TimeBudgetRow, TimelineEntry
@@ -124,6 +125,8 @@ def _lists(report: Report) -> list[str]:
     for r in report["runs"]:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in run_cells(r)) + "</tr>")
     parts.append("</table>")
+    if energy := energy_lines(report):
+        parts.append(f"<p>{esc(ENERGY_TITLE)}:</p><ul>" + "".join(f"<li>{esc(e)}</li>" for e in energy) + "</ul>")
     parts += _budget(report)
     if report["findings"]:
         parts.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainmon.labels import run_label
 from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, budget_blocks
 from trainmon.report.cells import RUN_HEADER, run_cells
+from trainmon.report.energy import ENERGY_TITLE, energy_lines
 from trainmon.report.formats.base import ReportInput, monitor_cost_line
 from trainmon.report.schema import Report
 from trainmon.report.stacks import printed_dumps
@@ -23,6 +24,8 @@ def render(source: ReportInput) -> str:
     out += ["", "| " + " | ".join(RUN_HEADER) + " |", "|" + "---|" * len(RUN_HEADER)]
     for r in report["runs"]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in run_cells(r)) + " |")
+    if energy := energy_lines(report):
+        out += ["", f"{ENERGY_TITLE}:", "", *(f"- {line}" for line in energy)]
     out += _budget(report)
     if report["findings"]:
         out += ["", "### Other findings", ""]

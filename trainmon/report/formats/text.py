@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainmon.labels import run_label
 from trainmon.report.budget import BUDGET_NOTE, BUDGET_TITLE, budget_blocks
 from trainmon.report.cells import RUN_HEADER, run_cells
+from trainmon.report.energy import ENERGY_TITLE, energy_lines
 from trainmon.report.formats.base import ReportInput, monitor_cost_line
 from trainmon.report.schema import Report
 from trainmon.report.stacks import printed_dumps
@@ -25,6 +26,8 @@ def render(source: ReportInput) -> str:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if energy := energy_lines(report):
+        lines += ["", f"{ENERGY_TITLE}:", *(f"  {line}" for line in energy)]
     lines += _budget(report)
     if report["findings"]:
         lines += ["", "Other findings:"]
