@@ -318,7 +318,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "cache-warm",
             "input.too_few_workers",
-            "one persistent worker decodes 6 ms per sample into a cache of its own: the first epoch (about 10 s) "
+            "one persistent worker decodes 10 ms per sample into a cache of its own: the first epoch (about 10 s) "
             "misses and the loop waits on it, later epochs hit and the model's compute is the limit (one DataLoader)",
             (
                 "--workers",
@@ -326,11 +326,11 @@ SCENARIOS: dict[str, Scenario] = {
                 "--persistent",
                 "--cache-samples",
                 "--cpu-ms",
-                "6",
+                "10",
                 "--width",
-                "3072",
+                "4096",
                 "--epoch-batches",
-                "50",
+                "30",
                 *SECONDS,
             ),
             timeline=("input.too_few_workers", "ok.compute_bound"),

@@ -25,13 +25,21 @@ def worker_cap(cpu_bound: bool, cores: int, th: Thresholds) -> tuple[int, str]:
     return max(1, int(th.latency_workers_per_core * cores)), "latency_per_core"
 
 
-def advise_workers(evidence: dict[str, Any], wanted: int, cpu_bound: bool, cores: int, th: Thresholds) -> int:
-    """``wanted`` workers within the bound (at least 1); the evidence says which bound applied and why."""
+def advise_workers(
+    evidence: dict[str, Any],
+    wanted: int,
+    cpu_bound: bool,
+    cores: int,
+    th: Thresholds,
+    reason: str = "the workers compute",
+) -> int:
+    """``wanted`` workers within the bound (at least 1); the evidence says which bound applied and why
+    (``reason``: why one per core, for workers not seen waiting)."""
     cap, bound = worker_cap(cpu_bound, cores, th)
     evidence["num_workers_cap"] = cap
     evidence["num_workers_bound"] = bound
     evidence["num_workers_bound_why"] = (
-        f"{cap} = one per usable core ({cores}), the workers compute"
+        f"{cap} = one per usable core ({cores}), {reason}"
         if bound == "usable_cores"
         else f"{cap} = {th.latency_workers_per_core:g} per usable core ({cores}), the workers mostly wait"
     )
@@ -108,31 +116,14 @@ def cpu_finding(
     needed = math.ceil(n / max(th.advice_min_compute_share, 1 - w.wait_fraction))
     if cpu_bound and not is_nan(idle_cores):
         needed = min(needed, n + max(1, int(idle_cores + 0.5)))
-    suggested = advise_workers(evidence, max(needed, n + 1), not waits, host.cores, th)
+    reason = "the workers compute" if cpu_bound else "nothing shows the workers waiting"
+    suggested = advise_workers(evidence, max(needed, n + 1), not waits, host.cores, th, reason)
     full = cpu_bound and suggested <= n  # as many CPU-bound workers as usable cores already
     if cpu_bound and (saturated or full):
         return _workers_cpu(host, severity, evidence, pct, n, cpu, runq, full and not saturated)
     if not cpu_bound and suggested <= n:
         return _at_bound(severity, evidence, pct, n, cpu, waits)
-    if cpu_bound:
-        summary = (
-            f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {host.cores} cores are idle"
-            if not is_nan(cpu)
-            else f"{pct} with {n} workers and idle cores"
-        )
-        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
-    elif waits:
-        summary = (
-            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core and are blocked {blocked:.0%} of the time: they "
-            "wait on something slow per sample (latency), so more of them in parallel would hide it"
-        )
-        why = "each worker spends most of its time waiting, not computing"
-    else:
-        summary = (
-            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core, and what they do the rest of the time was not "
-            "seen (no thread states): more of them help as far as the cores go"
-        )
-        why = "the workers do not keep up"
+    summary, why = _too_few_words(pct, n, cpu, blocked, idle_cores, host.cores, cpu_bound, waits)
     bound = f" (at most {evidence['num_workers_bound_why']})"
     return Finding(
         "input.too_few_workers",
@@ -148,6 +139,32 @@ def cpu_finding(
             ),
             *STAY_AHEAD,
         ],
+    )
+
+
+def _too_few_words(
+    pct: str, n: int, cpu: float, blocked: float, idle_cores: float, cores: int, cpu_bound: bool, waits: bool
+) -> tuple[str, str]:
+    """The summary of an advice to raise num_workers, and why (workers busy, seen waiting, or neither)."""
+    if cpu_bound:
+        summary = (
+            f"{pct}; {n} worker(s) busy {cpu:.0f}% of a core while {idle_cores:.1f} of {cores} cores are idle"
+            if not is_nan(cpu)
+            else f"{pct} with {n} workers and idle cores"
+        )
+        why = f"the workers are busy all the time and {idle_cores:.1f} cores are idle" if not is_nan(idle_cores) else ""
+        return summary, why
+    if waits:
+        return (
+            f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core and are blocked {blocked:.0%} of the time: they "
+            "wait on something slow per sample (latency), so more of them in parallel would hide it",
+            "each worker spends most of its time waiting, not computing",
+        )
+    seen = "what they do the rest of the time was not seen" if is_nan(blocked) else f"blocked {blocked:.0%}"
+    return (
+        f"{pct}; {n} worker(s) use only {cpu:.0f}% of a core and are not seen waiting ({seen}): more of them help "
+        "as far as the cores go",
+        "the workers do not keep up",
     )
 
 
