@@ -4,12 +4,13 @@ run under a real `trainmon record`; the report must name that bottleneck."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
 import pytest
 
-from testsupport.procs import child_env, report_json, start_recorder, stop
+from testsupport.procs import child_env, report_json, stop, trainmon_cmd, wait_for
 from trainmon.demo.scenarios import SCENARIOS, command
 from trainmon.diagnose import Thresholds, VerdictTracker, evaluate
 from trainmon.record import load_recording
@@ -25,17 +26,24 @@ def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
         config.parent.mkdir(parents=True)
         config.write_text("[thresholds]\n" + "".join(f"{k} = {v!r}\n" for k, v in scenario.thresholds))
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    recorder = start_recorder(addr, rec, "--json")
-    ticks = ""
-    try:
-        res = subprocess.run(
-            command(scenario), env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=240
+    with open(tmp_path / f"{name}.ticks", "w") as ticks:  # a file: a pipe nobody reads would stall the monitor
+        recorder = subprocess.Popen(
+            trainmon_cmd("record", "--output", rec, "--listen", addr, "--json"),
+            env=child_env(),
+            stdout=ticks,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        (tmp_path / f"{name}.out").write_text(res.stdout)
-        assert res.returncode == scenario.status, res.stderr[-3000:]
-    finally:
-        ticks, _ = stop(recorder)
-        (tmp_path / f"{name}.ticks").write_text(ticks)
+        try:
+            assert wait_for(lambda: os.path.exists(addr) or recorder.poll() is not None, 20), "recorder did not start"
+            assert recorder.poll() is None, recorder.communicate()
+            res = subprocess.run(
+                command(scenario), env=child_env(TRAINMON_ADDR=addr), capture_output=True, text=True, timeout=240
+            )
+            (tmp_path / f"{name}.out").write_text(res.stdout)
+            assert res.returncode == scenario.status, res.stderr[-3000:]
+        finally:
+            stop(recorder)
     return report_json(rec)
 
 

@@ -31,6 +31,7 @@ from trainmon.demo.data import (
 )
 from trainmon.demo.options import parse
 from trainmon.demo.stalls import MetricsLog, TraceCache
+from trainmon.demo.upload import MetricsUploader
 
 __all__ = [
     "PAGE",
@@ -188,6 +189,8 @@ class Loop:
         self.loader = loaders.make(args.workers)
         self.step = 0
         self.metrics = MetricsLog(args.hang_after) if args.hang_after else None
+        stall, timeout = args.upload_stall_after, args.upload_timeout_s
+        self.upload = MetricsUploader(stall, timeout) if stall else None
         self.traces = TraceCache(args.trace_nodes, args.trace_keep) if args.trace_nodes else None
 
     def more(self) -> bool:
@@ -251,6 +254,8 @@ class Loop:
         step = self.step
         if self.metrics is not None:
             self.metrics.log(step, loss.item())
+        if self.upload is not None:
+            self.upload.log(step, loss.item())
         if self.traces is not None:
             self.traces.record(step, args.batch_size)
         if args.watchdog_s:
