@@ -12,7 +12,12 @@ The verdict must be the case's code (or, for the hidden wait, must not be an inp
 must match the ground truth within ``EXPOSED_TOLERANCE`` where the case's waits matter. Cases that need GPM
 (Hopper or newer) say "n/a" on a GPU without it. The agent's cost per step is measured separately (``COST``).
 
-    python scripts/gpu_check.py [--seconds 25] [--cases a,b] [--markdown [FILE]] [--no-cost]
+Energy (``ENERGY_SECONDS`` of steady load under ``trainmon record``): the report's joules per step
+(``runs[].energy``) against NVML's energy counter read by the training itself over its own steps, and against
+``nvidia-smi``'s power.draw sampled every 100 ms and integrated over the same span (``ENERGY_TOLERANCE``).
+
+    python scripts/gpu_check.py [--seconds 25] [--cases a,b] [--markdown [FILE]] [--no-cost] [--no-energy]
+    python scripts/gpu_check.py --energy-only     # the energy check alone (under a minute)
 
 ``--markdown`` writes the results, with the device's name, into docs/gpu-validation.md between its result
 markers. Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA GPU (or no torch).
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -111,6 +117,12 @@ COST = {
 }
 COST_STEPS, COST_REPEATS = 3000, 5
 
+# The energy check: trainmon against the counter (the same counter, read by trainmon's GPU source: only the span
+# differs), and the counter against nvidia-smi (power.draw is an average, sampled: looser).
+ENERGY_SECONDS = 10.0
+ENERGY_TOLERANCE = {"counter": 0.03, "nvidia-smi": 0.10}  # |a - b| ≤ tolerance × b
+SMI = ("nvidia-smi", "--query-gpu=uuid,power.draw", "--format=csv,noheader,nounits", "-lms", "100")
+
 
 # ---------------------------------------------------------------- judging (pure: tested on CPU)
 
@@ -180,6 +192,37 @@ def ground_truth(
     }
 
 
+def integrate(samples: Sequence[tuple[float, float]], t0: float, t1: float) -> float | None:
+    """Joules from (time s, W) samples over [t0, t1]: trapezoids, each end held from the nearest sample inside;
+    None with fewer than two samples inside."""
+    inside = [(t, w) for t, w in samples if t0 <= t <= t1]
+    if len(inside) < 2:
+        return None
+    points = [(t0, inside[0][1]), *inside, (t1, inside[-1][1])]
+    return sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(points))
+
+
+def check_energy(row: dict[str, Any]) -> tuple[str, str]:
+    """("pass" | "fail", why): trainmon's joules per step against NVML's counter as the training read it, and the
+    counter against nvidia-smi's integrated power.draw (n/a without nvidia-smi)."""
+    if row.get("error"):
+        return "fail", str(row["error"]).splitlines()[0]
+    ours, counter, smi = row.get("trainmon_j_step"), row.get("counter_j_step"), row.get("smi_j_step")
+    if ours is None:
+        return "fail", "the report has no joules per step (runs[].energy)"
+    if not counter:
+        return "fail", "the training read no energy from NVML's counter"
+    off = {"counter": ours / counter - 1}
+    why = f"trainmon {ours:.2f} J/step ({row.get('method')}), NVML counter {counter:.2f} ({off['counter']:+.1%})"
+    if smi:
+        off["nvidia-smi"] = counter / smi - 1
+        why += f", nvidia-smi power.draw × time {smi:.2f} (counter {off['nvidia-smi']:+.1%})"
+    else:
+        why += f", nvidia-smi: {row.get('smi_error') or 'no samples'}"
+    bad = [k for k, v in off.items() if abs(v) > ENERGY_TOLERANCE[k]]
+    return ("fail" if bad else "pass"), why
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -225,11 +268,21 @@ def format_cost(cost: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def markdown(device: str, rows: Sequence[dict[str, Any]], cost: dict[str, float], when: str) -> str:
+def markdown(
+    device: str,
+    rows: Sequence[dict[str, Any]],
+    cost: dict[str, float],
+    when: str,
+    energy: dict[str, Any] | None = None,
+) -> str:
     out = [f"Run on **{device}**, {when}, with `python scripts/gpu_check.py`.", ""]
-    out.append("| " + " | ".join(TABLE_HEADER) + " |")
-    out.append("|" + "---|" * len(TABLE_HEADER))
-    out += ["| " + " | ".join(r) + " |" for r in table_rows(rows)]
+    if rows:
+        out.append("| " + " | ".join(TABLE_HEADER) + " |")
+        out.append("|" + "---|" * len(TABLE_HEADER))
+        out += ["| " + " | ".join(r) + " |" for r in table_rows(rows)]
+    if energy is not None:
+        status, why = check_energy(energy)
+        out += ["", f"Energy over {ENERGY_SECONDS:.0f} s of steady load: **{status}**: {why}."]
     if cost:
         out += ["", "Agent cost per step (median of repeats, same loop and machine):", "", "```", format_cost(cost)]
         out.append("```")
@@ -246,11 +299,11 @@ def write_markdown(path: Path, block: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}")
 
 
-def passed(rows: Sequence[dict[str, Any]]) -> bool:
+def passed(rows: Sequence[dict[str, Any]], energy: dict[str, Any] | None = None) -> bool:
     return all(
         check_verdict(CASES[r["case"]], r)[0] != "fail" and check_exposed(CASES[r["case"]], r)[0] != "fail"
         for r in rows
-    )
+    ) and (energy is None or check_energy(energy)[0] != "fail")
 
 
 # ---------------------------------------------------------------- the trainings (run in a child process)
@@ -439,9 +492,11 @@ def _child(case: str, seconds: float, profile: bool) -> int:
     dev = torch.device("cuda")
     torch.cuda.init()  # the job initialises CUDA (the agent never does)
     trainmon.agent.attach()
-    fetch, step = _workload(case, dev)
+    fetch, step = _workload("gpu-bound" if case == "energy" else case, dev)
     if case == "cost":
         return _cost_child(fetch, step)
+    if case == "energy":
+        return _energy_child(fetch, step, seconds)
     if not profile:
         deadline = time.monotonic() + seconds
         n = 0
@@ -494,6 +549,29 @@ def _cost_child(fetch: Callable[[], Any], step: Callable[[Any], None]) -> int:
     elapsed = time.perf_counter() - t  # host time per step: nothing here waits on the GPU
     torch.cuda.synchronize()
     print(json.dumps({"step_us": elapsed / COST_STEPS * 1e6}))
+    return 0
+
+
+def _energy_child(fetch: Callable[[], Any], step: Callable[[Any], None], seconds: float) -> int:
+    """Steady load: after 3 s of warm-up, NVML's energy counter read before and after ``seconds`` of steps."""
+    import pynvml
+    import torch
+
+    pynvml.nvmlInit()
+    uuid = "GPU-" + str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    warm = time.monotonic() + 3.0
+    while time.monotonic() < warm:
+        step(fetch())
+    torch.cuda.synchronize()
+    c0, t0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+    n = 0
+    while time.monotonic() < t0 + seconds:
+        step(fetch())
+        n += 1
+    torch.cuda.synchronize()
+    c1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+    print(json.dumps({"steps": n, "t0": t0, "t1": t1, "counter_j": (c1 - c0) / 1e3, "uuid": uuid}))
     return 0
 
 
@@ -570,6 +648,7 @@ def run_case(case: Case, seconds: float, tmp: str) -> dict[str, Any]:
         "truth_idle": truth["idle"],
         "truth_wait": truth["wait"],
         "agent": stats,
+        "energy": run.get("energy"),
     }
 
 
@@ -588,6 +667,66 @@ def measure_cost(tmp: str) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+class PowerLog:
+    """nvidia-smi's power.draw of every GPU every 100 ms, stamped on this process's monotonic clock."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, str, float]] = []  # (t, uuid, W)
+        self.error: str | None = None
+        try:
+            self.proc: subprocess.Popen[str] | None = subprocess.Popen(
+                SMI, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+        except OSError as e:
+            self.proc, self.error = None, f"not runnable: {e}"
+            return
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            uuid, _, watts = line.strip().partition(", ")
+            try:
+                self.samples.append((time.monotonic(), uuid, float(watts)))
+            except ValueError:  # "[N/A]"
+                continue
+
+    def stop(self) -> list[tuple[float, str, float]]:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.thread.join(timeout=5)
+        return self.samples
+
+
+def measure_energy(tmp: str, seconds: float = ENERGY_SECONDS) -> dict[str, Any]:
+    """One steady load under ``trainmon record`` with nvidia-smi logging: the three joules per step compared."""
+    log = PowerLog()
+    rec = Recorder(tmp, "energy")
+    try:
+        child = _run_child("energy", seconds, dict(_env(), TRAINMON_ADDR=rec.addr))
+    except BaseException:
+        rec.stop()
+        log.stop()
+        raise
+    samples = log.stop()
+    (run,) = rec.report()["runs"]
+    energy = run.get("energy") or {}
+    watts = [(t, w) for t, uuid, w in samples if uuid == child["uuid"]]
+    smi_j = integrate(watts, child["t0"], child["t1"])
+    steps = max(1, int(child["steps"]))
+    return {
+        "trainmon_j_step": energy.get("joules_per_step"),
+        "method": energy.get("method"),
+        "counter_j_step": child["counter_j"] / steps,
+        "smi_j_step": None if smi_j is None else smi_j / steps,
+        "smi_error": log.error or (None if watts else "no samples for this GPU"),
+        "steps": steps,
+        "mean_w": child["counter_j"] / max(1e-9, child["t1"] - child["t0"]),
+    }
+
+
 def device_name() -> str:
     import torch
 
@@ -601,13 +740,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
     ap.add_argument("--markdown", nargs="?", const=str(DOC), default=None, help="write the results into FILE")
     ap.add_argument("--no-cost", action="store_true", help="skip the agent's cost per step")
+    ap.add_argument("--no-energy", action="store_true", help="skip the energy check")
+    ap.add_argument("--energy-only", action="store_true", help="only the energy check (no cases, no cost)")
     ap.add_argument("--json", default=None, help="also write the result rows to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args.child, args.seconds, args.profile)
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    names = [] if args.energy_only else [n.strip() for n in args.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
         print(f"gpu_check: unknown case {unknown[0]!r} (cases: {', '.join(CASES)})", file=sys.stderr)
@@ -624,6 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"gpu_check on {device}", flush=True)
     rows: list[dict[str, Any]] = []
     cost: dict[str, float] = {}
+    energy: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="tm-gpu-check-") as tmp:
         for name in names:
             print(f"  {name}: {CASES[name].what}", flush=True)
@@ -632,20 +774,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (RuntimeError, subprocess.SubprocessError, ValueError, KeyError) as e:
                 print(f"  {name}: {e}", file=sys.stderr)
                 rows.append({"case": name, "error": str(e)})
-        if not args.no_cost:
+        if not args.no_cost and not args.energy_only:
             cost = measure_cost(tmp)
+        if not args.no_energy:
+            print(f"  energy: {ENERGY_SECONDS:.0f} s of steady load against NVML's counter and nvidia-smi", flush=True)
+            try:
+                energy = measure_energy(tmp)
+            except (RuntimeError, subprocess.SubprocessError, ValueError, KeyError) as e:
+                energy = {"error": str(e)}
     print()
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
     for r in rows:
-        print(f"  {r['case']}: {r.get('verdict')}: {r.get('summary') or r.get('error', '')}")
+        e = r.get("energy") or {}
+        joules = f" [{e['joules_per_step']:.2f} J/step, {e['method']}]" if e.get("joules_per_step") else ""
+        print(f"  {r['case']}: {r.get('verdict')}: {r.get('summary') or r.get('error', '')}{joules}")
     if cost:
         print()
         print(format_cost(cost))
+    if energy is not None:
+        print("\nenergy: {}: {}".format(*check_energy(energy)))
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "rows": rows, "cost": cost}, indent=2))
+        out = {"device": device, "rows": rows, "cost": cost, "energy": energy}
+        Path(args.json).write_text(json.dumps(out, indent=2))
     if args.markdown:
-        write_markdown(Path(args.markdown), markdown(device, rows, cost, time.strftime("%Y-%m-%d")))
-    return 0 if passed(rows) else 1
+        write_markdown(Path(args.markdown), markdown(device, rows, cost, time.strftime("%Y-%m-%d"), energy))
+    return 0 if passed(rows, energy) else 1
 
 
 if __name__ == "__main__":
