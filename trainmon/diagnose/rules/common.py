@@ -17,7 +17,8 @@ def base_evidence(w: RunWindow) -> dict[str, Any]:
         "run": w.run.label,
         "steps": w.steps,
         "window_s": round(w.span_s, 2),
-        "data_wait_fraction": round(w.wait_fraction, 4),
+        # None where nothing measured it: a loop with no loader whose model the agent did not time
+        "data_wait_fraction": round(w.wait_fraction, 4) if w.run.wait_measured else None,
         "step_time_ms_p50": round(w.step_p50_s * 1e3, 2),
         "step_time_ms_p95": round(w.step_p95_s * 1e3, 2),
         "num_workers": w.loader.get("num_workers"),

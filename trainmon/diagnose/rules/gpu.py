@@ -7,6 +7,7 @@ from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import limiting_reasons
 from trainmon.numbers import is_nan, rounded
 
@@ -72,6 +73,11 @@ def gpu_is_the_limit(ev: Evidence, th: Thresholds) -> bool:
     return is_nan(ev.gpu_sm_active) or ev.gpu_sm_active >= th.sm_active_low_pct
 
 
+def _wait_text(w: RunWindow, f: float, lead: str = "data wait is") -> str:
+    """The data wait as a summary tells it; a loop nothing measured it of (no loader, its model not timed) has none."""
+    return f"{lead} {f:.1%} of the step" if w.run.wait_measured else "no loader measured the data wait"
+
+
 def compute_bound(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.starving_fraction
@@ -83,7 +89,7 @@ def compute_bound(ctx: RuleContext) -> Finding | None:
     return Finding(
         "ok.compute_bound",
         "ok",
-        f"data wait is {f:.1%} of the step; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
+        f"{_wait_text(w, f)}; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
         ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
         base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1)},
     )
@@ -102,7 +108,7 @@ def host_sync(ctx: RuleContext) -> Finding | None:
         "host.sync",
         "critical" if ev.gpu_util < th.gpu_busy_pct / 2 else "warning",
         f"the GPU is only {ev.gpu_util:.0f}% busy and drains to {ev.gpu_util_min:.0f}% within each second while "
-        f"the loop waits on data {f:.1%} of the step: the host waits on the GPU every step",
+        f"{_wait_text(w, f, 'the loop waits on data')}: the host waits on the GPU every step",
         [
             "take .item(), .cpu(), .tolist() and print(tensor) out of the step: log every N steps",
             "keep running metrics on the device (sum into a GPU tensor, read it once per log interval)",
