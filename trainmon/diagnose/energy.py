@@ -27,6 +27,7 @@ from trainmon.metrics import GPU
 from trainmon.numbers import NAN, is_nan
 from trainmon.store.batches import tokens_per_sample
 from trainmon.store.run import Run
+from trainmon.store.steps import Steps
 from trainmon.store.store import Store
 
 COUNTER, POWER, MIXED = "nvml_counter", "power_integration", "mixed"
@@ -123,38 +124,81 @@ def run_energy(store: Store, run: Run, steps: range, gpus: list[int] | None = No
     ``run_gpus``), or None where it has none, one has no energy series, or no step could be measured. Call under
     the store's lock."""
     table = run.steps
-    steady = [k for k in steps if not table.warm[k]]
-    if not steady:
+    blocks = _blocks(table, steps)
+    if not blocks:
         return None
     if gpus is None:
         gpus = run_gpus(store, run, store.index().int_ids(GPU, "util"))
-    lo, hi = min(table.start[k] for k in steady), max(table.end[k] for k in steady)
+    lo, hi = table.start[blocks[0][0]], max(table.end[k1] for _, k1 in blocks)
     curves = [Curve(store, g, lo, hi) for g in gpus]
     if not curves or not all(curves):
         return None
-    joules, counted, samples, unmeasured, by_counter, by_power = 0.0, 0, 0, 0, 0, 0
-    t0, t1 = math.inf, -math.inf
-    for k in steady:
-        a, b = table.start[k], table.end[k]
-        rises = [r for c in curves if (r := c.rise(a, b)) is not None]
-        if len(rises) < len(curves):
-            unmeasured += 1
-            continue
-        joules += sum(r[0] for r in rises)
-        by_counter += sum(r[1] for r in rises)
-        by_power += sum(r[2] for r in rises)
-        counted += 1
-        samples += int(table.samples[k])
-        t0, t1 = min(t0, a), max(t1, b)
-    if not counted:
+    total = _Total(curves, table)
+    for k0, k1 in blocks:
+        total.add_block(k0, k1)
+    if not total.steps:
         return None
     train = run.train_loader()
     per_sample = tokens_per_sample(train.config) if train is not None else NAN
-    method = MIXED if by_counter and by_power else COUNTER if by_counter else POWER
-    energy = RunEnergy(joules, counted, samples, samples * per_sample, method, list(gpus))
-    energy.unmeasured_steps, energy.t0, energy.t1 = unmeasured, t0, t1
-    energy.shared_with = _sharing(store, run, gpus, t0, t1)
+    method = MIXED if total.by_counter and total.by_power else COUNTER if total.by_counter else POWER
+    energy = RunEnergy(total.joules, total.steps, total.samples, total.samples * per_sample, method, list(gpus))
+    energy.unmeasured_steps, energy.t0, energy.t1 = total.unmeasured, total.t0, total.t1
+    energy.shared_with = _sharing(store, run, gpus, total.t0, total.t1)
     return energy
+
+
+class _Total:
+    """The energy and steps summed so far on ``curves``, and how the intervals they lie in were measured."""
+
+    def __init__(self, curves: list[Curve], table: Steps) -> None:
+        self.curves, self.table = curves, table
+        self.joules, self.steps, self.samples, self.unmeasured, self.by_counter, self.by_power = 0.0, 0, 0, 0, 0, 0
+        self.t0, self.t1 = math.inf, -math.inf
+
+    def add_block(self, k0: int, k1: int) -> None:
+        """Back-to-back steps ``k0``..``k1``: their whole span at once where every GPU measured it, else halves
+        until the steps that touch an unmeasured interval are found, and left out."""
+        if self._add(k0, k1):
+            return
+        if k0 == k1:
+            self.unmeasured += 1
+            return
+        mid = (k0 + k1) // 2
+        self.add_block(k0, mid)
+        self.add_block(mid + 1, k1)
+
+    def _add(self, k0: int, k1: int) -> bool:
+        table = self.table
+        a, b = table.start[k0], table.end[k1]
+        rises = [r for c in self.curves if (r := c.rise(a, b)) is not None]
+        if len(rises) < len(self.curves):
+            return False
+        self.joules += sum(r[0] for r in rises)
+        self.by_counter += sum(r[1] for r in rises)
+        self.by_power += sum(r[2] for r in rises)
+        self.steps += k1 - k0 + 1
+        self.samples += int(sum(table.samples[k0 : k1 + 1]))
+        self.t0, self.t1 = min(self.t0, a), max(self.t1, b)
+        return True
+
+
+def _blocks(table: Steps, steps: range) -> list[tuple[int, int]]:
+    """The steps past warm-up among ``steps``, as runs of back-to-back steps (each starting where the one before
+    ended): the energy of such a run is the curve's rise over its whole span, one reading instead of one per step."""
+    i, j = max(0, steps.start), min(len(table), steps.stop)
+    if j <= i:
+        return []
+    if not any(table.warm[i:j]) and table.start[i + 1 : j] == table.end[i : j - 1]:
+        return [(i, j - 1)]  # the usual case, found without a loop in Python
+    out: list[tuple[int, int]] = []
+    for k in range(i, j):
+        if table.warm[k]:
+            continue
+        if out and out[-1][1] == k - 1 and table.start[k] == table.end[k - 1]:
+            out[-1] = (out[-1][0], k)
+        else:
+            out.append((k, k))
+    return out
 
 
 def steady_energy(store: Store, run: Run) -> RunEnergy | None:
