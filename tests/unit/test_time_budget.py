@@ -9,69 +9,14 @@ from array import array
 
 import pytest
 
+from testsupport.freeze import freeze_store
 from testsupport.stores import uniform_store
-from trainmon import protocol as P
 from trainmon.diagnose.budget import PARTS, paint, time_budget
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.report import build_report
 from trainmon.store.store import Store
 
 TH = Thresholds()
-NS = 1_000_000_000
-
-
-def _ns(t: float) -> int:
-    return round(t * NS)
-
-
-def freeze_store(
-    before_s: float = 30.0,
-    freeze_s: float = 45.0,
-    after_s: float = 30.0,
-    *,
-    step_s: float = 0.05,
-    wait_s: float = 0.002,
-    closed: bool = True,
-) -> Store:
-    """A run (hello at 1 s) that steps every ``step_s`` from 2 s (``wait_s`` of each waiting on loader 1), then stops
-    for ``freeze_s`` inside one step (after its optimizer step, before its next batch: nothing is sent), then steps
-    again for ``after_s``; its records arrive twice a second, as the agent's sender sends them, and its
-    connection closes half a second after its last step (``closed``)."""
-    store = Store()
-    store.meta(0.0, {"interval": 1.0, "gpus": []})
-    store.hello(1, 1.0, {"pid": 77, "name": "train.py"})
-    store.info(1, 1.0, {"loader": {"id": 1, "batch_size": 32, "num_workers": 2, "persistent_workers": True}})
-    records: list[tuple[float, list[int]]] = []
-    t = 2.0
-    frozen = False
-    while t < 2.0 + before_s + freeze_s + after_s:
-        if not frozen and t >= 2.0 + before_s:
-            frozen = True
-            t += freeze_s
-            if not after_s:
-                break
-        records.append((t + wait_s, [1 << 8 | P.K_WAIT, _ns(t), _ns(t + wait_s), 0]))
-        t += step_s
-        records.append((t, [P.K_OPT, _ns(t), _ns(t), 0]))
-    _send(store, records, t)
-    if closed:
-        store.closed(1, t + 0.5, "exit")
-    return store
-
-
-def _send(store: Store, records: list[tuple[float, list[int]]], end: float) -> None:
-    """The records in batches every half second of their own time, as the agent's sender would."""
-    k = 0
-    now = 0.5
-    while now <= end + 0.5:
-        batch: list[int] = []
-        while k < len(records) and records[k][0] <= now:
-            batch += records[k][1]
-            k += 1
-        if batch:
-            store.events(1, now, array("q", batch))
-        store.sample(now, {"cpu.busy": 20.0, "cpu.cores": 4.0, "mem.used_pct": 30.0})
-        now += 0.5
 
 
 def assert_adds_up(budget) -> None:

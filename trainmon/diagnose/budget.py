@@ -108,13 +108,14 @@ def time_budget(run: Run, end: float, th: Thresholds) -> TimeBudget | None:
     for s, e, label in pieces:
         parts[label] += e - s
     long_steps: dict[str, float] = {}
+    painted = _painted_rows(run, j, pieces)
     if j:
-        _steps_parts(run, j, pieces, th, parts, long_steps)
+        _steps_parts(run, j, painted, th, parts, long_steps)
         first, last = steps.start[0], steps.end[j - 1]
     else:
         first = last = t1
     outside = (t1 - t0) - _covered(run, j)
-    painted_outside = math.fsum(e - s for s, e, _ in pieces) - _painted_in_steps(run, j, pieces)
+    painted_outside = math.fsum(e - s for s, e, _ in pieces) - math.fsum(painted.values())
     before = (first - t0) - _painted_between(pieces, t0, first)
     after = (t1 - last) - _painted_between(pieces, last, t1)
     parts["unobserved_before"] = before
@@ -190,10 +191,6 @@ def _overlap(start: array[float], end: array[float], j: int) -> float:
     return math.fsum(max(0.0, e - s) for e, s in zip(end[: j - 1], start[1:j], strict=True))
 
 
-def _painted_in_steps(run: Run, j: int, pieces: list[Piece]) -> float:
-    return math.fsum(_painted_rows(run, j, pieces).values())
-
-
 def _painted_rows(run: Run, j: int, pieces: list[Piece]) -> dict[int, float]:
     """Row → the painted seconds inside that step (rows [0, j) that hold any)."""
     steps = run.steps
@@ -211,12 +208,12 @@ def _painted_rows(run: Run, j: int, pieces: list[Piece]) -> dict[int, float]:
 
 
 def _steps_parts(
-    run: Run, j: int, pieces: list[Piece], th: Thresholds, parts: dict[str, float], long_steps: dict[str, float]
+    run: Run, j: int, painted: dict[int, float], th: Thresholds, parts: dict[str, float], long_steps: dict[str, float]
 ) -> None:
-    """Adds the steps' own time (less what spans took) to warm-up, the steady parts and long steps."""
+    """Adds the steps' own time (less what spans took: ``painted``, by row) to warm-up, the steady parts and long
+    steps."""
     steps = run.steps
     dur, wait, comm, warm = steps.dur, steps.wait, steps.comm, steps.warm
-    painted = _painted_rows(run, j, pieces)
     warm_rows = _ones(warm[:j].tobytes())
     steady = array("d", dur[:j])
     for k in reversed(warm_rows):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainmon.numbers import finite
+from trainmon.tui.budget_line import budget_line
 from trainmon.tui.charts import (
     Layer,
     area,
@@ -93,9 +94,9 @@ def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[L
                 height = size.rows(3 if i == 0 else 2, 1)
             else:
                 height = size.rows(4, 3)
-            tracks.append(_run_track(run, frame, glyphs, top, height, many, size))
+            tracks.append(_run_track(run, frame, glyphs, top, height, many, size, geo.values_w))
             if not many and not size.compact:
-                tracks.append(_rate_track(run, frame, glyphs, size.rows(2, 1)))
+                tracks.append(_rate_track(run, frame, glyphs, size.rows(2, 1), geo.values_w))
         if many and len(runs) > 8:
             tracks.append(Track(text=plain(f"… {len(runs) - 8} more ranks", "dim")))
     for a in frame.agentless:
@@ -129,7 +130,9 @@ def training(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[L
     return title, tracks
 
 
-def _run_track(run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: int, many: bool, size: Size) -> Track:
+def _run_track(
+    run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: int, many: bool, size: Size, width: int
+) -> Track:
     wait, compute = _cols(run.wait_ms, frame), _cols(run.compute_ms, frame)
     rows = bars([wait, compute], [WAIT, COMPUTE], top, height, glyphs)
     if rows:
@@ -183,7 +186,7 @@ def _run_track(run: RunView, frame: Frame, glyphs: Glyphs, top: float, height: i
                 _val(fmt_num(v.samples_s, 0)),
                 _lbl(" smp/s"),
             ],
-            steps_line,
+            budget_line(run, width) or steps_line,  # where the time went: room for one of them at 80x24
         ]
     else:
         values = [step_line, wait_line, steps_line]
@@ -210,12 +213,12 @@ def _legend(glyphs: Glyphs) -> Line:
     return [_lbl("# data wait  = compute  C ckpt E eval")]
 
 
-def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int) -> Track:
+def _rate_track(run: RunView, frame: Frame, glyphs: Glyphs, height: int, width: int) -> Track:
     top = nice_top(run.samples_s, 1.0)
     rows = area(run.samples_s if glyphs.braille else _cols(run.samples_s, frame), top, height, "rate", glyphs)
     v = run.values
     rate: Line = [_lbl("samples/s "), _val(fmt_num(v.samples_s, 0), "rate", True), *_tokens(v.tokens_s)]
-    values: list[Line] = [rate, [_lbl(run.loader or "")]]
+    values: list[Line] = [rate, budget_line(run, width) or [_lbl(run.loader or "")]]  # the title names the loader
     return Track(["thru", fmt_num(top, 0)], rows, values[:height])
 
 

@@ -9,6 +9,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
+from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 from trainmon.view import extract
@@ -99,7 +100,10 @@ def build_frame(
         if verdict is not None:
             verdict.stacks = stack_views(store, verdict, instant, lambda t: clock_label(t, offset, feed, t_end))
         strip = _strip(feed.verdicts(t0, t_end), col_edges)
-        runs = [extract.run_view(r, edges, col_edges, cols, instant) for r in extract.visible_runs(store, t0, t_end)]
+        th = feed_thresholds(feed)
+        runs = [
+            extract.run_view(r, edges, col_edges, cols, instant, th) for r in extract.visible_runs(store, t0, t_end)
+        ]
         agentless = extract.agentless_views(store, edges, instant, hold)
         gpus = extract.gpu_views(store, edges, instant, hold)
         cpu = extract.cpu_view(store, edges, instant, hold)
@@ -140,6 +144,12 @@ def _self_cost(store: Store, t: float, hold: float) -> str | None:
     helpers = value_at(store.series.get("self.helpers_cpu_pct"), t, hold)
     total = cpu + (0.0 if is_nan(helpers) else helpers)
     return f"trainmon {total:.1f}% CPU {rss:.0f}M"
+
+
+def feed_thresholds(feed: Feed) -> Thresholds:
+    """The thresholds the feed's verdicts are judged with (a replay's own, the live monitor's), else the defaults."""
+    th = getattr(feed, "thresholds", None) or getattr(getattr(feed, "monitor", None), "thresholds", None)
+    return th if isinstance(th, Thresholds) else Thresholds()
 
 
 def _verdict_view(points: list[VerdictPoint], t: float, at_label: str) -> VerdictView | None:

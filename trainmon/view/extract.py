@@ -7,12 +7,14 @@ from collections.abc import Sequence
 
 from trainmon.diagnose.energy import live_energy
 from trainmon.diagnose.evidence import run_gpus
+from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import loader_summary
 from trainmon.metrics import CPU_CORE, DISK, GPM_METRIC_IDS, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import NAN, is_nan, known
 from trainmon.store.run import Run
 from trainmon.store.series import Series
 from trainmon.store.store import Store
+from trainmon.view.budget import budget_shares
 from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, EnergyView, GpuView, ProcRow, RunView
 from trainmon.view.nvml_procs import nvml_figures
 from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
@@ -28,7 +30,14 @@ def visible_runs(store: Store, t0: float, t1: float) -> list[Run]:
     return sorted(runs, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid, r.id))
 
 
-def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols: int, instant: float) -> RunView:
+def run_view(
+    run: Run,
+    edges: Sequence[float],
+    col_edges: Sequence[float],
+    cols: int,
+    instant: float,
+    th: Thresholds | None = None,
+) -> RunView:
     wait_ms, compute_ms, rate, wait_pct = step_buckets(run, edges)
     if run.connected and not run.ended:
         state = "running"
@@ -49,6 +58,7 @@ def run_view(run: Run, edges: Sequence[float], col_edges: Sequence[float], cols:
         wait_pct,
         run_marks(run, col_edges, cols),
         run_values(run, instant),
+        budget_shares(run, instant, th or Thresholds()),
     )
 
 

@@ -85,6 +85,8 @@ class RunView:
     wait_pct: list[float]
     marks: list[str]  # per column: "" or one letter: C checkpoint, E eval, M user mark
     values: RunValues
+    # Its time budget up to the instant shown: (part's short name, share of its wall time), largest first.
+    budget: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""A run's time budget for the live screen: the parts of its wall time so far (``trainmon.diagnose.budget``), as
+short names and shares, largest first. Taken again at most every ``REFRESH_S`` of the instant shown, per run: the
+budget walks the run's whole step table, and its shares move slowly."""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+from trainmon.diagnose.budget import time_budget
+from trainmon.diagnose.thresholds import Thresholds
+from trainmon.store.run import Run
+
+REFRESH_S = 5.0
+MIN_SHARE = 0.005  # parts under half a percent are not named
+SHORT = {
+    "unobserved_before": "setup",  # before the first step: imports, the model, the workers starting
+    "warmup": "warm-up",
+    "data_wait": "wait",
+    "communication": "comm",
+    "compute": "compute",
+    "evaluation": "eval",
+    "checkpoints": "ckpt",
+    "epoch_restarts": "restarts",
+    "gc": "gc",
+    "compilation": "compile",
+    "long_steps": "long",
+    "frozen": "frozen",
+    "unobserved_gaps": "gaps",
+    "unobserved_after": "since",  # after the last step: the step in progress, or the run's end
+}
+
+_CACHE: weakref.WeakKeyDictionary[Run, tuple[int, int, list[tuple[str, float]]]] = weakref.WeakKeyDictionary()
+
+
+def budget_shares(run: Run, instant: float, th: Thresholds) -> list[tuple[str, float]]:
+    """(short name, share of the run's wall time up to ``instant``) of its budget's parts, largest first; empty for
+    a run with no step yet."""
+    bucket = math.floor(instant / REFRESH_S)
+    cached = _CACHE.get(run)
+    if cached is not None and cached[0] == bucket and cached[1] == run.steps.clears:
+        return cached[2]
+    budget = time_budget(run, instant, th)
+    shares: list[tuple[str, float]] = []
+    if budget is not None and budget.wall_s > 0:
+        parts = sorted(budget.parts.items(), key=lambda kv: -kv[1])
+        shares = [(SHORT.get(k, k), v / budget.wall_s) for k, v in parts if v / budget.wall_s >= MIN_SHARE]
+    _CACHE[run] = (bucket, run.steps.clears, shares)
+    return shares
