@@ -102,11 +102,11 @@ class RunSummary(EpochRestarts, RunEnergyPart):
     warmup_steps: int | None
     step_time_ms: StepTimes
     data_wait_fraction: float | None  # None: nothing measured it (no loader, the model not timed)
-    # What measured it: a loader's __next__ ("dataloader", "torchdata", "iterable"), the steps' time outside the
-    # model where no loader fed them ("outside_model"), "sampling" (py-spy, no agent), or None (nothing)
-    data_wait_measured_as: str | None
     exposed_wait_fraction: float | None  # share of step time the GPU sat idle because of waits (CUDA only)
     comm_fraction: float | None  # share of step time blocked in collectives (None: no communication measured)
+    # What measured the data wait: a loader's __next__ ("dataloader", "torchdata", "iterable"), the steps' time outside
+    # the model where no loader fed them ("outside_model"), "sampling" (py-spy, no agent), or None (nothing)
+    data_wait_measured_as: str | None
     samples_per_s: float | None
     tokens_per_s: float | None  # sequence batches: tokens (attention-mask-aware) per second of steady state
     dataloader: LoaderConfig | None
