@@ -22,23 +22,25 @@ def freeze_store(
     step_s: float = 0.05,
     wait_s: float = 0.002,
     closed: bool = True,
+    second: tuple[float, float] | None = None,
 ) -> Store:
     """A run (hello at 1 s) that steps every ``step_s`` from 2 s (``wait_s`` of each waiting on loader 1), then stops
     for ``freeze_s`` inside one step (after its optimizer step, before its next batch: nothing is sent), then steps
-    again for ``after_s``; its records arrive twice a second, as the agent's sender sends them, and its
-    connection closes half a second after its last step (``closed``)."""
+    again for ``after_s``; ``second``: (when, from its first step; how long) it freezes again. Its records arrive
+    twice a second, as the agent's sender sends them, and its connection closes half a second after its last step
+    (``closed``)."""
     store = Store()
     store.meta(0.0, {"interval": 1.0, "gpus": []})
     store.hello(1, 1.0, {"pid": 77, "name": "train.py"})
     store.info(1, 1.0, {"loader": {"id": 1, "batch_size": 32, "num_workers": 2, "persistent_workers": True}})
     records: list[tuple[float, list[int]]] = []
     t = 2.0
-    frozen = False
-    while t < 2.0 + before_s + freeze_s + after_s:
-        if not frozen and t >= 2.0 + before_s:
-            frozen = True
-            t += freeze_s
-            if not after_s:
+    end = 2.0 + before_s + freeze_s + after_s + (second[1] if second else 0.0)
+    pending = sorted([(2.0 + before_s, freeze_s), *([(2.0 + second[0], second[1])] if second else [])])
+    while t < end:
+        if pending and t >= pending[0][0]:
+            t += pending.pop(0)[1]
+            if t >= end:
                 break
         records.append((t + wait_s, [1 << 8 | P.K_WAIT, _ns(t), _ns(t + wait_s), 0]))
         t += step_s

@@ -191,3 +191,20 @@ def test_live_the_freeze_counts_while_it_lasts():
     assert early.parts["frozen"] == 0.0 and early.parts["unobserved_after"] == pytest.approx(20.0, abs=0.6)
     (freeze,) = late.freezes
     assert not freeze.resumed and late.parts["frozen"] == pytest.approx(40.0, abs=0.6)
+
+
+def test_every_freeze_is_kept_each_a_phase_and_all_listed_in_the_finding():
+    store = freeze_store(before_s=30.0, freeze_s=40.0, after_s=60.0, second=(100.0, 35.0))
+    report = build_report(store)
+    hung = [e for e in report["timeline"] if e["code"] == "stall.hang"]
+    assert [round(e["end"] - e["t"]) for e in hung] == [40, 35]
+    (finding,) = [f for f in [report["verdict"], *report["findings"]] if f["code"] == "stall.hang"]
+    listed = finding["evidence"]["freezes"]
+    assert [(round(f["t"]), round(f["length_s"]), f["resumed"]) for f in listed] == [
+        (round(hung[0]["t"]), 40, True),
+        (round(hung[1]["t"]), 35, True),
+    ]
+    budget = report["runs"][0]["time_budget"]
+    assert [round(f["length_s"]) for f in budget["freezes"]] == [40, 35]
+    assert budget["parts_s"]["frozen"] == pytest.approx(75.0, abs=0.2)
+    assert finding["held_s"] == pytest.approx(75.0, abs=1.0)  # both phases

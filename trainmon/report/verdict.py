@@ -181,10 +181,21 @@ def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[
                 continue
             t0, t1 = wall_span(run, end)
             frozen_s = math.fsum(min(f.end, t1) - max(f.start, t0) for f in freezes)
-            for f in freezes:
+            found = [(f, freeze_finding(store, run, f, t1 - t0, frozen_s)) for f in freezes]
+            listing = [  # every freeze of the run, in each one's evidence: the report keeps one finding per code
+                {
+                    "t": round(f.start - first, 2),
+                    "length_s": round(f.seconds, 1),
+                    "resumed": f.resumed,
+                    "main_thread_in": finding.evidence.get("main_thread_in"),
+                }
+                for f, finding in found
+            ]
+            for f, finding in found:
+                finding.evidence["freezes"] = listing
                 a, b = max(f.start, first), min(f.end, end)
                 if b > a:
-                    out.append(Phase(a, b, [freeze_finding(store, run, f, t1 - t0, frozen_s)]))
+                    out.append(Phase(a, b, [finding]))
     return out
 
 
