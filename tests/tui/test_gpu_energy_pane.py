@@ -9,7 +9,7 @@ from trainmon.tui.widgets import ChartPane
 
 
 @aio
-async def test_energy_per_step_is_readable_at_80x24_and_beside_power_at_120x40():
+async def test_energy_per_step_is_whole_at_80x24_plain_and_focused_and_per_sample_too_when_focused_wider():
     app = make_app(store=energy_store({10: [0], 20: [1]}, draw=lambda g, k: 412.0 if g == 0 else 150.0))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
@@ -17,7 +17,12 @@ async def test_energy_per_step_is_readable_at_80x24_and_beside_power_at_120x40()
         assert len(rows) == 2 and all(len(r) <= 80 for r in rows)
         assert rows[0].startswith("GPU0") and rows[0].rstrip().endswith("90% 40.0G 412W 20.6J/step")
         assert rows[1].startswith("GPU1") and rows[1].rstrip().endswith("90% 40.0G 150W 7.50J/step")
+        for _ in range(2):  # focus the GPU pane (after the training pane): taller tracks, the same narrow column
+            await pilot.press("f")
+            await settle(pilot, app)
+        gpu = text(app.query_one("#gpu", ChartPane))
+        assert "mem 40.0G 412W 20.6J/step" in gpu and "mem 40.0G 150W 7.50J/step" in gpu
         await pilot.resize_terminal(120, 40)
         await settle(pilot, app)
         gpu = text(app.query_one("#gpu", ChartPane))
-        assert "mem 40.0G/79.6G · 412W 20.6J/step" in gpu and "mem 40.0G/79.6G · 150W 7.50J/step" in gpu
+        assert "energy 20.6J/step 0.64J/smp counter" in gpu and "energy 7.50J/step 0.23J/smp counter" in gpu

@@ -259,8 +259,9 @@ def gpu(frame: Frame, geo: Geometry, glyphs: Glyphs, size: Size) -> tuple[Line, 
         mem_line: Line = [_lbl("mem "), _val(mem), _lbl(" · pwr "), _val(power)]
         energy = g.energy[0] if g.energy else None  # the first run on this GPU ("*": shared with another)
         if energy is not None and height < 4:  # energy per step in place of the power limit (and total memory)
-            shown = fmt_mb(v.get("mem_used_mb")) if size.compact else mem
-            mem_line = [_lbl("mem "), _val(shown), _lbl(" " if size.compact else " · ")]
+            narrow = size.compact or geo.values_w < 34  # 80 columns: used memory only, to keep J/step whole
+            shown = fmt_mb(v.get("mem_used_mb")) if narrow else mem
+            mem_line = [_lbl("mem "), _val(shown), _lbl(" " if narrow else " · ")]
             mem_line += [_val(f"{fmt_num(v.get('power_w'), 0)}W "), *per_step(energy)]
         pcie_line: Line = [
             _lbl("pcie h2d "),
