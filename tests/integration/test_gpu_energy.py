@@ -7,7 +7,7 @@ counter starts again from 0).
 By hand: a GPU drawing P watts for a training's own step time (``tests/workloads/steady.py`` times every step
 itself) spends P × that time per step. The report's joules per step must match that within 3 %: the counter's
 300 W on GPU 0 (not the 250 W its power reading says), power × time on GPU 1, and the reset costs nothing but the
-one interval it falls in, measured from power.
+one interval it falls in, measured from power. The report of the recording made meanwhile says the same.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from trainmon.diagnose.energy import COUNTER
 from trainmon.export.prometheus import MonitorCollector
 from trainmon.metrics import GPU
 from trainmon.monitor import Monitor
+from trainmon.record import load_recording
+from trainmon.record.writer import Recorder
 from trainmon.report import build_report
 from trainmon.sources.gpu_energy import MAX_PLAUSIBLE_W
 from trainmon.view.extract import energy_views
@@ -39,12 +41,13 @@ def own_step_s(proc) -> tuple[list[float], int]:
     return result["times"], result["pid"]
 
 
-def test_joules_per_step_of_real_trainings_match_the_draw_times_their_own_step_time(addr):
+def test_joules_per_step_of_real_trainings_match_the_draw_times_their_own_step_time(addr, tmp_path):
     fake = FakeNvml(2, clock=time.monotonic)
     fake.set_power(0, 250_000, draw_mw=300_000)
     fake.devices[1].energy_counter = False
     fake.set_power(1, 150_000)
-    m = Monitor(addr, interval=0.25, nvml_module=fake)
+    recording = Recorder(str(tmp_path / "run.tmrec"))  # what `trainmon record` writes, beside the live store
+    m = Monitor(addr, interval=0.25, nvml_module=fake, sinks=[recording])
     m.start()
     trainings = []
     try:
@@ -78,8 +81,13 @@ def test_joules_per_step_of_real_trainings_match_the_draw_times_their_own_step_t
                 p.kill()
                 p.communicate()
         m.stop()
+        recording.close()
 
     report = build_report(m.store)
+    replayed, warnings = load_recording(str(tmp_path / "run.tmrec"))  # `trainmon report FILE`
+    assert not warnings and [r.get("energy") for r in build_report(replayed)["runs"]] == [
+        r.get("energy") for r in report["runs"]
+    ]
     rows = {r["pid"]: r for r in report["runs"]}
     for gpu, (times, pid) in enumerate(own):
         row = rows[pid]
