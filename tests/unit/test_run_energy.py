@@ -5,7 +5,7 @@ Stores are built through the monitor's Ingest calls: steps as an agent sends the
 source writes them (a cumulative ``energy_j`` and how each interval was measured), sampled every second. Within a
 second the draw is constant, so a step's energy is its duration times that draw: the figures below are computed by
 hand from that. The real source against the fake pynvml is tests/unit/test_gpu_energy.py; a real training under a
-real monitor, tests/integration/test_gpu_energy.py.
+real monitor, tests/integration/test_energy_per_step.py.
 """
 
 from __future__ import annotations
