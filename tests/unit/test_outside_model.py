@@ -89,6 +89,44 @@ def test_the_model_is_the_root_module_its_optimizer_trains_and_wrappers_undo():
         assert getattr(timed, "__trainmon_original__", None) is None
 
 
+def test_a_compiled_model_is_timed_around_its_compiled_forward():
+    net = _Net()
+    compiled = torch.compile(net, backend="eager")
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x = torch.ones(4, 8)
+    with _probe() as (probe, _):
+        assert probe.enable()
+        assert "forward" not in net.__dict__  # what dynamo traces holds no wrapper
+        assert compiled.__dict__[_outside.PREV_FORWARD] is not None  # torch.compile's own forward, called by ours
+        for _ in range(3):
+            compiled(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        assert len(_outside_records()) == 2
+        assert torch.equal(compiled(x), net.body(x))
+    assert _outside.PREV_FORWARD not in compiled.__dict__ and callable(compiled.__dict__["forward"])
+
+
+def test_a_ddp_wrapper_is_the_module_timed(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    try:
+        net = _Net()
+        ddp = torch.nn.parallel.DistributedDataParallel(net)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        with _probe() as (probe, _):
+            assert probe.enable()
+            assert "forward" in ddp.__dict__ and "forward" not in net.__dict__
+            for _ in range(3):
+                ddp(torch.ones(4, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            assert len(_outside_records()) == 2
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.filterwarnings("error")  # no scheduler warning about an overridden optimizer.step
 def test_a_timed_model_copies_pickles_and_keeps_an_lr_schedulers_step():
     net = _Net()
