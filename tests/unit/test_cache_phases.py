@@ -58,3 +58,15 @@ def test_the_monitor_banner_follows_the_warm_cache() -> None:
         pass
     assert [code for _, code in shown][-2:] == ["input.too_few_workers", "ok.compute_bound"], shown
     assert 0 < shown[-1][0] - (T0 + COLD.seconds) <= 5.0, shown
+
+
+def test_phases_with_one_code_and_two_causes_stay_apart() -> None:
+    """The same verdict code, two causes: a worker that computes flat out, then one that sleeps on a slow source.
+    Joined, the phases would be judged on the average of both halves (a half-busy worker) and neither described."""
+    busy = Regime(15, wait_ms=50, compute_ms=40, workers_cpu=98, workers=1)
+    waits = Regime(15, wait_ms=30, compute_ms=40, workers_cpu=8, workers=1)
+    store, _ = phased_store([busy, waits], seed=8, noise=NOISY)
+    report = build_report(store)
+    judged = [e for e in report["timeline"] if e["code"] != "insufficient_data"]
+    assert [e["code"] for e in judged] == ["input.too_few_workers"] * 2, report["timeline"]
+    assert "busy 9" in judged[0]["summary"] and "blocked 9" in judged[1]["summary"], judged

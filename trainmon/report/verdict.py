@@ -134,11 +134,13 @@ def _joined(spans: list[Span]) -> list[Span]:
 
 
 def _mergeable(phases: list[Phase]) -> int | None:
-    """The first phase to join with the next (they touch: no freeze between them): the same verdict, or one side
-    could not be judged."""
+    """The first phase to join with the next (they touch: no freeze between them): the same verdict and cause (its
+    ``sub_cause``: busy workers and waiting ones joined would be judged on their average), or one side could not
+    be judged."""
     for i in range(len(phases) - 1):
         a, b = phases[i].top, phases[i + 1].top
-        if phases[i].end == phases[i + 1].start and (a.code == b.code or "insufficient_data" in (a.code, b.code)):
+        same = (a.code, a.evidence.get("sub_cause")) == (b.code, b.evidence.get("sub_cause"))
+        if phases[i].end == phases[i + 1].start and (same or "insufficient_data" in (a.code, b.code)):
             return i
     return None
 
