@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -34,6 +35,9 @@ class Demo(Command):
         scenario = SCENARIOS[args.scenario]
         tui = use_tui()
         address, tmp = private_address()
+        # A scenario judged with its own thresholds (a 12 s freeze is a hang only below the default 30 s minimum).
+        args.settings.thresholds = dataclasses.replace(args.settings.thresholds, **dict(scenario.thresholds))
+        args.no_discover = True  # the demo's screen and report are about its own training, not the host's others
         with tmp:
             monitor = start_monitor(args, address)
             print(f"trainmon demo: scenario {scenario.name} — {scenario.description}", flush=True)
@@ -58,7 +62,7 @@ class Demo(Command):
             finally:
                 monitor.stop()
             print()
-            sys.stdout.write(render(build_report(monitor.store), "text"))
+            sys.stdout.write(render(build_report(monitor.store, args.settings.thresholds), "text"))
             print(f"(expected verdict for this scenario: {scenario.expected})")
         return status
 
