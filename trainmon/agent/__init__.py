@@ -31,6 +31,7 @@ from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
 if TYPE_CHECKING:
     from trainmon.agent._dist import DistHooks
     from trainmon.agent._iterable import Loader
+    from trainmon.agent._outside import OutsideProbe
 
 __all__ = ["attach", "attached", "detach", "loader", "mark", "phase", "stats", "step"]
 
@@ -68,10 +69,8 @@ class _Agent:
         self.hooks = TorchHooks(self.registry)
         self.dist: DistHooks | None = None  # made once the job imports torch.distributed
         self.frameworks = Frameworks(self.sender.add_control)  # which trainer drives the loop
-        from trainmon.agent._outside import OutsideProbe  # here, not at import: `import trainmon.agent` stays small
-
-        self.outside = OutsideProbe(self.sender.add_control)  # times the model in loops no loader drives
-        self.sender.on_batch = self.outside.observe
+        self._outside: OutsideProbe | None = None  # times the model in loops no loader drives (``outside``)
+        self.sender.on_batch = self._on_batch
         self.identity_sent = False  # the rank and job, told again once a process group exists
         self.sender.on_tick = self._tick
 
@@ -92,6 +91,9 @@ class _Agent:
                     self.identity_sent = True
                     self._send_identity()
 
+    def _on_batch(self, counts: Any) -> None:
+        self.outside.observe(counts)
+
     def _send_identity(self) -> None:
         """Launchers that start ranks themselves (Lightning's ``strategy="ddp"``) set the rank's environment after
         ``attach()`` ran, or only in the ranks they spawn: once the process group exists, its rank, world size and
@@ -107,9 +109,9 @@ class _Agent:
             self.frameworks.install()
             _gc.install()
             self.sender.start()
-            from trainmon.agent import _iterable
-
-            _iterable.current[0] = self.registry
+            iterable = sys.modules.get("trainmon.agent._iterable")  # imported by a first loader() call
+            if iterable is not None:
+                iterable.current[0] = self.registry
         except BaseException:
             _gc.uninstall()
             self.frameworks.uninstall()
@@ -117,9 +119,19 @@ class _Agent:
             _hot.reset_buffer()
             raise
 
+    @property
+    def outside(self) -> OutsideProbe:
+        """Made on first use (the sender thread's first batch), not by attach(): attach() imports nothing more."""
+        if self._outside is None:
+            from trainmon.agent._outside import OutsideProbe
+
+            self._outside = OutsideProbe(self.sender.add_control)
+        return self._outside
+
     def stop(self, reason: str) -> None:
         _forget_registry(self.registry)
-        self.outside.uninstall()
+        if self._outside is not None:
+            self._outside.uninstall()
         _gc.uninstall()
         self.frameworks.uninstall()
         self.hooks.uninstall()
@@ -282,9 +294,12 @@ def loader(iterable: Iterable[T], name: str | None = None) -> Loader[T]:
 
     The wrapper iterates like the source (and is an iterator too when the source is one); without an agent attached
     it only calls through. ``torchdata.nodes.Loader`` needs no wrapper: it is timed on its own."""
-    from trainmon.agent._iterable import Loader
+    from trainmon.agent import _iterable
 
-    return Loader(iterable, name)
+    agent = _agent
+    if agent is not None and _iterable.current[0] is None:
+        _iterable.current[0] = agent.registry  # the first loader() of an agent attached before it
+    return _iterable.Loader(iterable, name)
 
 
 def _framework_seen(name: str, package: str) -> None:
@@ -330,7 +345,7 @@ def stats() -> dict[str, int]:
         return {"sent_records": 0, "dropped_records": 0, "connections": 0}
     s = agent.sender
     out = {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
-    if agent.outside.on:  # a loop no loader drives: the model timed, steps measured outside it
+    if agent._outside is not None and agent._outside.on:  # a loop no loader drives: the model timed
         from trainmon.agent import _outside
 
         out.update(outside_model=1, outside_steps=_outside.measured())
@@ -354,8 +369,9 @@ def _after_fork_in_child() -> None:
             agent.frameworks.uninstall()
             agent.hooks.lock = threading.Lock()  # the sender thread may have held it at the fork
             agent.hooks.uninstall()
-            agent.outside.lock = threading.Lock()
-            agent.outside.uninstall()
+            if agent._outside is not None:
+                agent._outside.lock = threading.Lock()
+                agent._outside.uninstall()
             if agent.dist is not None:
                 agent.dist.lock = threading.Lock()
                 agent.dist.uninstall()

@@ -33,11 +33,13 @@ import threading
 import time
 from collections.abc import Callable
 from types import MethodType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
-from trainmon.agent._frames import FrameSampler
 from trainmon.protocol import K_OUTSIDE
+
+if TYPE_CHECKING:
+    from trainmon.agent._frames import FrameSampler
 
 ENABLE_AFTER = 5  # optimizer steps without a loader batch before the model is timed
 CHECK_AFTER = 20  # optimizer steps after switching on with no step measured: the modules timed are not the model
@@ -276,6 +278,8 @@ class OutsideProbe:
             _live[0] = True
             self.on = True
             self.steps_on = 0
+            from trainmon.agent._frames import FrameSampler  # only now: attach() imports nothing it does not use
+
             self.sampler = FrameSampler(self.emit, _tid, inside_model, own_codes())
             self.sampler.start()
             return True
