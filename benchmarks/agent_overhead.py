@@ -198,6 +198,12 @@ def step_row(name: str, r: dict, note: str = "") -> Row:
         f"wall-clock median {r['ns'] / 1e3:+.2f} µs (IQR {r['q1'] / 1e3:+.2f}..{r['q3'] / 1e3:+.2f}); "
         f"loop {r['base_ns'] / 1e3:.1f} µs/step"
     )
+    if "live" in r:  # what the agent itself measured over the same blocks (shown live by the monitor)
+        total, hooks, sender = r["live"]
+        detail += (
+            f"; the agent's own live figure {total / 1e3:.2f} µs (hooks {hooks / 1e3:.2f} µs at their calibrated "
+            f"price + sender {sender / 1e3:.3f} µs)"
+        )
     return Row(
         name,
         "≤ 1 µs (stretch 0.7)",
@@ -213,7 +219,17 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         on, off = agent_hooks()
         off()
         tid = agent._agent.sender._thread.native_id  # type: ignore[union-attr]
-        return paired(loop.cuda_block if cuda else loop.block, on, off, pairs, steps, tid, settle)
+        meter = agent._agent.cost  # type: ignore[union-attr]  # the agent's own live figure (agent/_cost.py)
+        before = dict(meter.totals)
+        r = paired(loop.cuda_block if cuda else loop.block, on, off, pairs, steps, tid, settle)
+        time.sleep(1.5)  # the meter's last interval reported
+        after = meter.totals
+        steps_seen = after["steps"] - before["steps"]
+        if steps_seen:
+            hooks = (after["hooks_ns"] - before["hooks_ns"]) / steps_seen
+            sender = (after["sender_ns"] - before["sender_ns"]) / steps_seen
+            r["live"] = (hooks + sender, hooks, sender)
+        return r
     finally:
         agent._agent.hooks.install()  # type: ignore[union-attr]  # detach() expects them installed
         agent.detach()

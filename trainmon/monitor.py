@@ -35,6 +35,7 @@ from trainmon.sources.host import HostSource
 from trainmon.sources.procs import ProcSource
 from trainmon.sources.self_cost import SelfCostSource
 from trainmon.sources.unattached import UnattachedRuns
+from trainmon.store.agent_cost import live_per_step, per_step_text
 from trainmon.store.store import Ingest, Store
 
 log = logging.getLogger("trainmon.monitor")
@@ -88,6 +89,7 @@ class RunStatus:
     dropped_records: int
     gpus: list[int] = field(default_factory=list)  # the run's own GPUs (NVML indices), where known
     measured_by: str = "agent"  # or "sampling": found running without an agent (wait_fraction: the estimate)
+    agent_step_ns: float = math.nan  # what the agent itself costs the training per step (last 5 s; nan: not measured)
 
 
 @dataclass
@@ -331,6 +333,7 @@ class Monitor:
                         run.dropped_records,
                         run_gpus(self.store, run, gpus),
                         run.measured_by,
+                        cost["total"] if (cost := live_per_step(run, t)) is not None else math.nan,
                     )
                 )
         return out
@@ -375,7 +378,7 @@ def status_line(snap: Snapshot) -> str:
     text = status_text(
         parts, (v.code, v.summary) if v is not None else None, "waiting for a training process to attach"
     )
-    return f"{time.strftime('%H:%M:%S')}  {text}{self_cost_part(snap.host)}"
+    return f"{time.strftime('%H:%M:%S')}  {text}{self_cost_part(snap.host)}{agent_cost_part(snap.runs)}"
 
 
 def self_cost_part(values: dict[str, float]) -> str:
@@ -387,3 +390,10 @@ def self_cost_part(values: dict[str, float]) -> str:
     if not is_nan(helpers) and helpers >= 0.05:
         cpu += helpers
     return f"  · trainmon {cpu:.1f}% CPU, {rss:.0f} MB"
+
+
+def agent_cost_part(runs: list[RunStatus]) -> str:
+    """ "  · agent 0.9µs/step": the most any connected run's agent costs its training per step (its hooks on the
+    training thread and its sender thread, measured by the agent itself); empty where none is measured."""
+    figures = [r.agent_step_ns for r in runs if r.connected and not is_nan(r.agent_step_ns)]
+    return f"  · agent {per_step_text(max(figures))}/step" if figures else ""

@@ -72,7 +72,7 @@ class Counts:
 
 def _control_key(msg: dict[str, Any]) -> tuple[Any, ...]:
     """Control messages are re-sent on each connection, only the latest per key (bounded)."""
-    for key, field in (("loader", "id"), ("workers", "loader"), ("name", "id")):
+    for key, field in (("loader", "id"), ("workers", "loader"), ("name", "id"), ("compile", "frame")):
         if isinstance(body := msg.get(key), dict):
             return key, body.get(field)
     return tuple(msg)
@@ -151,6 +151,12 @@ class Sender:
             if self._sock is not None:
                 self._outbox.append(msg)
         self._wake.set()
+
+    def latest(self, key: str) -> Any:
+        """The body of the latest control message of ``key`` kept for re-sending (e.g. "cuda_device"), else None."""
+        with self._control_lock:
+            msg = self._control.get((key,))
+        return msg.get(key) if msg is not None else None
 
     def _control_pending(self) -> bool:
         return bool(self._outbox) or self.dropped_records != self._reported_drops

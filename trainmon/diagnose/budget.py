@@ -4,12 +4,15 @@ The wall time runs from the run's first sign (its hello, or an earlier first ste
 looked at while it lives; where the step table was trimmed (a long run), from its oldest step kept. Spans are laid
 on that time first, in ``PRECEDENCE`` order, each taking only the seconds no earlier one took (the overlap rule):
 
-1. ``frozen``: silences the hang rule held over (``trainmon.diagnose.rules.hang.frozen_spans``);
-2. ``checkpoints``: saves (``torch.save``, distributed checkpoints, a framework's checkpoint span);
-3. ``evaluation``: phases the training named eval, validation or test (``trainmon.agent.phase``, the framework
+1. ``compilation``: torch.compile's compilations (the agent's spans from torch._dynamo's compile callbacks: first
+   compilations, recompilations, backward graphs compiled at their first call); first, since a long compilation is
+   silent enough for the hang rule to take it for a freeze, and a collection torch runs after compiling is its own;
+2. ``frozen``: silences the hang rule held over (``trainmon.diagnose.rules.hang.frozen_spans``);
+3. ``checkpoints``: saves (``torch.save``, distributed checkpoints, a framework's checkpoint span);
+4. ``evaluation``: phases the training named eval, validation or test (``trainmon.agent.phase``, the framework
    callbacks);
-4. ``epoch_restarts``: DataLoader workers started again by a new iterator, from its start for what it cost;
-5. ``gc``: garbage-collection pauses.
+5. ``epoch_restarts``: DataLoader workers started again by a new iterator, from its start for what it cost;
+6. ``gc``: garbage-collection pauses.
 
 What is left of each step goes to ``warmup`` (a warm-up step), else to the steady parts: ``data_wait`` and
 ``communication`` (the step's own measurements, capped by what is left) and ``compute`` (the rest). A steady step
@@ -18,8 +21,8 @@ keeps the median as a steady step; its excess goes to ``evaluation`` when anothe
 (an evaluation loop), else to ``long_steps``, by cause: the training's own phase it overlaps, or "unexplained".
 Time in no step and no span is ``unobserved``: before the first step, between steps, after the last.
 
-Compilation is not among the parts: the store keeps no compilation spans (first-step compilation lies in warm-up).
-Pure functions of one run; standard library only.
+Runs recorded before the agent timed compilations have no compilation spans: their first-step compilation lies in
+warm-up. Pure functions of one run; standard library only.
 """
 
 from __future__ import annotations
@@ -45,13 +48,14 @@ PARTS = (
     "checkpoints",
     "epoch_restarts",
     "gc",
+    "compilation",
     "long_steps",
     "frozen",
     "unobserved_gaps",
     "unobserved_after",
 )
-PRECEDENCE = ("frozen", "checkpoints", "evaluation", "epoch_restarts", "gc")
-NOT_MEASURED = ("compilation",)
+PRECEDENCE = ("compilation", "frozen", "checkpoints", "evaluation", "epoch_restarts", "gc")
+NOT_MEASURED: tuple[str, ...] = ()  # parts no recording measures (reports list them; compilation is measured)
 EVAL_WORDS = ("eval", "valid", "test")
 UNEXPLAINED = "unexplained"
 MOSTLY_WAITING = 0.5  # a long step waiting this share of its time or more is a data or communication wait
@@ -130,6 +134,7 @@ def _layers(run: Run, freezes: list[Freeze]) -> list[tuple[str, list[Span]]]:
     restarts = run.restarts
     gc = run.gc
     return [
+        ("compilation", run.compiles.spans()),
         ("frozen", [(f.start, f.end) for f in freezes]),
         ("checkpoints", list(run.checkpoints)),
         ("evaluation", [(p0, p1) for p0, p1, name in run.phases if is_eval(name)]),

@@ -60,6 +60,12 @@ class Thresholds:
     straggler_score: float = 0.75  # others' median compute / this rank's compute under this (nvidia-resiliency-ext)
     comm_share: float = 0.10  # time blocked in collectives, share of the step (PyTorch Profiler plugin: > 10 %)
     comm_critical_share: float = 0.30
+    compile_share: float = 0.10  # torch.compile recompilations take this share of the window's wall time
+    compile_critical_share: float = 0.30
+    creep_min_mb: float = 256.0  # a run's CUDA memory peak grows at least this much over the span judged ...
+    creep_min_s: float = 120.0  # ... which lasts at least this long ...
+    creep_rising_share: float = 0.75  # ... and the peak rises in at least this share of its CREEP_SEGMENTS segments
+    creep_critical_min: float = 30.0  # memory.creep is critical when the device would be full within this (minutes)
     hold_s: float = 3.0  # a new verdict must hold this long before the banner changes
     change_hold_s: float = 1.0  # ... or this long after a change the live window was cut at
     change_min_steps: int = 10  # a live change needs this many steps on either side of it

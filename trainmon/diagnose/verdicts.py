@@ -54,6 +54,12 @@ VERDICTS: tuple[Verdict, ...] = (
         thresholds=("checkpoint_share", "checkpoint_critical_share"),
     ),
     Verdict(
+        "stall.recompile",
+        "torch.compile recompilations (or an eager fallback at the recompile limit) take a material share of the time",
+        "#d81b60",
+        thresholds=("compile_share", "compile_critical_share"),
+    ),
+    Verdict(
         "dist.straggler",
         "one rank is slower than the rest",
         "#00838f",
@@ -155,6 +161,12 @@ VERDICTS: tuple[Verdict, ...] = (
         thresholds=("host_mem_pct", "swap_growth_mb"),
     ),
     Verdict("memory.gpu_pressure", "accelerator memory nearly full", "#4e342e", thresholds=("gpu_mem_pct",)),
+    Verdict(
+        "memory.creep",
+        "a run's per-step peak accelerator memory grows steadily",
+        "#6d4c41",
+        thresholds=("creep_min_mb", "creep_min_s", "creep_rising_share", "creep_critical_min"),
+    ),
     Verdict(
         "gpu.throttled",
         "clocks held down by power or thermal limits",

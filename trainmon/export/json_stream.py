@@ -77,6 +77,7 @@ def run(r: RunStatus, verdict: Finding | None) -> dict[str, Any]:
         "data_wait_fraction": number(r.wait_fraction),
         "samples_per_s": number(r.samples_per_s, 2),
         "dropped_records": r.dropped_records,
+        "agent_step_us": number(r.agent_step_ns / 1e3, 3),
         "gpus": list(r.gpus),
         "verdict": {"code": verdict.code, "severity": verdict.severity, "summary": verdict.summary}
         if verdict is not None
@@ -107,6 +108,7 @@ def tick(snap: Snapshot) -> dict[str, Any]:
     cores = _family(values, CPU_CORE)
     gpus = [{"index": int(i), **fields} for i, fields in sorted(_family(values, GPU).items(), key=lambda x: int(x[0]))]
     disks = [{"device": d, **fields} for d, fields in sorted(_family(values, DISK).items())]
+    agent = [r.agent_step_ns for r in snap.runs if r.connected and not math.isnan(r.agent_step_ns)]
     return {
         "trainmon_tick": SCHEMA_VERSION,
         "t": round(snap.t, 3),
@@ -117,7 +119,8 @@ def tick(snap: Snapshot) -> dict[str, Any]:
         "gpus": gpus,
         "host": host | {"cores_busy_pct": [cores[c].get("busy") for c in sorted(cores, key=int)]},
         "disks": disks,
-        "self": {name.removeprefix("self."): number(values.get(name), 3) for name in SELF},
+        "self": {name.removeprefix("self."): number(values.get(name), 3) for name in SELF}
+        | {"agent_step_us": number(max(agent) / 1e3, 3) if agent else None},
     }
 
 

@@ -149,6 +149,7 @@ class MonitorCollector:
         verdict = _gauge(M.RUN_VERDICT, [*labels, "code", "severity"])
         energy = (_gauge(M.RUN_ENERGY_STEP, labels), _gauge(M.RUN_ENERGY_SAMPLE, labels))
         shared = _gauge(M.RUN_ENERGY_SHARED, labels)
+        overhead = _gauge(AGENT_STEP_OVERHEAD, labels)
         idents = self._identities()
         per_sample = self._tokens_per_sample()
         joules = self._energy(snap)
@@ -172,6 +173,8 @@ class MonitorCollector:
                     tps.add_metric(lv, tokens)
             rate.add_metric(lv, r.steps_per_s)
             steps.add_metric(lv, r.steps)
+            if _ok(r.agent_step_ns):
+                overhead.add_metric(lv, r.agent_step_ns / 1e9)
             drops.add_metric(lv, r.dropped_records)
             up.add_metric(lv, 1.0 if r.connected else 0.0)
             for g in r.gpus:
@@ -184,7 +187,7 @@ class MonitorCollector:
             top = run_finding(snap.findings, run_label(r.rank, r.pid))
             if top is not None:
                 verdict.add_metric([*lv, top.code, top.severity], 1.0)
-        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict, *energy, shared)
+        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict, *energy, shared, overhead)
 
     def _energy(self, snap: Snapshot) -> dict[int, RunEnergy]:
         """Each agent run's GPU energy over the live window (its own GPUs), by run id, where it was measured."""
@@ -235,6 +238,11 @@ class MonitorCollector:
 
 
 RUN_LABELS = ["host", "node", "job_id", "rank", "pid", "name"]
+AGENT_STEP_OVERHEAD = M.Metric(
+    "trainmon_agent_step_overhead_seconds",
+    "what the run's agent costs its training per step (its hooks on the training thread and its sender thread's "
+    "CPU, measured by the agent itself over the last 5 s)",
+)
 
 
 def _gauge(metric: M.Metric, labels: list[str]) -> GaugeMetricFamily:

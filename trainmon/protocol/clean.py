@@ -193,6 +193,13 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         clean["framework"] = {"name": framework["name"], "version": str(version)[:40] if version else None}
     if (outside := clean_outside(info.get("outside"))) is not None:
         clean["outside"] = outside
+    if (compiled := clean_compile(info.get("compile"))) is not None:
+        clean["compile"] = compiled
+    if (breaks := clean_graph_breaks(info.get("graph_breaks"))) is not None:
+        clean["graph_breaks"] = breaks
+    memory = info.get("cuda_memory")
+    if isinstance(memory, dict) and _is_int(index := memory.get("index")) and 0 <= index < 1024:
+        clean["cuda_memory"] = {"index": index, "total": _count(memory.get("total"))}
     ident = info.get("dist")
     if isinstance(ident, dict) and _is_int(rank := ident.get("rank")) and 0 <= rank < 1 << 31:
         world, local, job = ident.get("world_size"), ident.get("local_rank"), ident.get("job")
@@ -229,3 +236,45 @@ def clean_outside(outside: object) -> dict[str, Any] | None:
     functions = [f for f in map(_hot_function, hot[:MAX_HOT]) if f is not None] if isinstance(hot, list) else []
     samples, model = _count(outside.get("samples")), _count(outside.get("model_samples"))
     return {"samples": samples, "model_samples": model, "hot": functions}
+
+
+def _text(value: object, size: int = 200) -> str | None:
+    return str(value)[:size] if isinstance(value, str) and value else None
+
+
+def clean_compile(raw: object) -> dict[str, Any] | None:
+    """One torch.compile compilation as the agent read it from torch's own record of it (``INFO {"compile": ...}``,
+    see docs/protocol.md); None when it is not such a message."""
+    if not isinstance(raw, dict) or not _is_int(frame := raw.get("frame")) or not 0 <= frame < 1 << 31:
+        return None
+    seconds, t_ns = raw.get("seconds"), raw.get("t_ns")
+    limit = raw.get("limit_value")
+    return {
+        "frame": frame,
+        "attempt": _count(raw.get("attempt")),
+        "id": _text(raw.get("id"), 40),
+        "name": _text(raw.get("name")),
+        "file": _text(raw.get("file"), 400),
+        "line": _count(raw.get("line")),
+        "seconds": float(seconds) if isinstance(seconds, (int, float)) and 0 <= seconds < 1e6 else None,
+        "t_ns": t_ns if _is_int(t_ns) and 0 <= t_ns < 1 << 63 else None,
+        "reason": _text(raw.get("reason"), 1000),
+        "graph_breaks": _count(raw.get("graph_breaks")),
+        "fail": _text(raw.get("fail"), 100),
+        "limit": raw.get("limit") is True,
+        "limit_type": _text(raw.get("limit_type"), 60),
+        "limit_value": limit if _is_int(limit) and 0 <= limit < 1 << 31 else None,
+        "forward": raw.get("forward") is not False,
+    }
+
+
+def clean_graph_breaks(raw: object) -> dict[str, Any] | None:
+    """torch.compile's graph breaks so far (``INFO {"graph_breaks": ...}``): their count and most frequent reasons."""
+    if not isinstance(raw, dict):
+        return None
+    reasons = raw.get("reasons")
+    kept = []
+    for item in reasons[:MAX_HOT] if isinstance(reasons, list) else []:
+        if isinstance(item, dict) and (text := _text(item.get("reason"), 400)) is not None:
+            kept.append({"reason": text, "count": _count(item.get("count"))})
+    return {"total": _count(raw.get("total")), "reasons": kept}

@@ -51,6 +51,9 @@ K_EXPOSED = 9  # GPU idle exposed by a data wait (CUDA events): value = exposed 
 K_COMM = 10  # the training thread blocked in collective communication: id = COMM_OPS index, t0..t1, value = 0
 K_GC = 11  # a garbage collection (gc.callbacks): t0..t1 = the pause, value = generation
 K_OUTSIDE = 12  # a step fed by no loader: t0..t1 = since the last optimizer step, value = ns outside the model
+K_COMPILE = 13  # a torch.compile compilation: id = frame + 1, t0..t1 = the compilation, value = attempt << 8 | trigger
+K_MEMORY = 14  # CUDA caching allocator, read each sender tick: id = MEMORY_FIELDS index, t0..t1 = since the last read
+K_COST = 15  # the agent's own cost over t0..t1: id = COST_PARTS index, value = ns
 KIND_NAMES = {
     K_WAIT: "wait",
     K_ITER_END: "iter_end",
@@ -64,7 +67,24 @@ KIND_NAMES = {
     K_COMM: "comm",
     K_GC: "gc",
     K_OUTSIDE: "outside",
+    K_COMPILE: "compile",
+    K_MEMORY: "memory",
+    K_COST: "cost",
 }
+# The id of a memory record: what its value holds (bytes, on the run's CUDA device).
+MEMORY_FIELDS = (
+    "peak_allocated",  # torch.cuda.max_memory_allocated: the peak since the allocator's peak was last reset
+    "peak_reserved",  # torch.cuda.max_memory_reserved
+    "allocated",  # torch.cuda.memory_allocated at the read
+    "reserved",  # torch.cuda.memory_reserved at the read
+)
+# The id of a cost record: where the agent's own time went.
+COST_PARTS = (
+    "hooks",  # the training thread's hook work (calls counted in the records, each at its calibrated cost)
+    "sender",  # the sender thread's CPU time
+)
+# How a compilation was started (torch._dynamo.callback.CallbackTrigger), the low byte of a compile record's value.
+COMPILE_TRIGGERS = ("other", "dynamo", "lazy_backward", "triton_autotuning", "cudagraph_recording")
 # The id of a comm record: what the thread was blocked in (index into this tuple; unknown ids read as "other").
 COMM_OPS = (
     "other",

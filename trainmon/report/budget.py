@@ -18,6 +18,7 @@ LABELS = {
     "checkpoints": "checkpoints",
     "epoch_restarts": "epoch restarts",
     "gc": "garbage collection",
+    "compilation": "torch.compile",
     "long_steps": "long steps",
     "frozen": "frozen",
     "unobserved_gaps": "between steps",
@@ -35,6 +36,7 @@ COLOURS = {
     "checkpoints": "#ad1457",
     "epoch_restarts": "#558b2f",
     "gc": "#4e342e",
+    "compilation": "#d81b60",
     "long_steps": "#f9a825",
     "frozen": "#c62828",
     "unobserved_gaps": "#e0e0e0",
@@ -111,8 +113,6 @@ def budget_blocks(runs: list[tuple[str, TimeBudgetRow | None]]) -> list[tuple[st
 
 
 BUDGET_TITLE = "Time budget"
-BUDGET_NOTE = (
-    "every second of each run's wall time in one part; where spans overlap: "
-    + " > ".join(LABELS.get(k, k) for k in PRECEDENCE)
-    + "; compilation is not measured"
+BUDGET_NOTE = "every second of each run's wall time in one part; where spans overlap: " + " > ".join(
+    LABELS.get(k, k) for k in PRECEDENCE
 )

@@ -209,13 +209,26 @@ class MemoryFigures(TypedDict):
     swap_used_mb_max: float | None
 
 
+class AgentCost(TypedDict):
+    """What a run's agent cost its training, as the agent measured it (``cost`` records) over the whole run: per step,
+    its hooks on the training thread (their calls at their calibrated price) and its sender thread's CPU, in µs."""
+
+    run: str
+    per_step_us: float
+    hooks_us: float
+    sender_us: float
+    share_of_step_time: float | None  # the cost over the time of the steps it was measured over
+
+
 class MonitorCost(TypedDict):
-    """What the watching cost, from the monitor's own series (``self.*``): CPU in % of one core, RSS in MiB."""
+    """What the watching cost, from the monitor's own series (``self.*``): CPU in % of one core, RSS in MiB (None for
+    a recording without them); and each agent's own cost per step."""
 
     cpu_percent_p50: float | None
     cpu_percent_p95: float | None
     helpers_cpu_percent_p50: float | None  # py-spy sampling, beside the monitor
     rss_mb_max: float | None
+    agents: list[AgentCost]  # runs whose agent measured its cost (recordings since it does)
 
 
 class _SystemOptional(TypedDict, total=False):

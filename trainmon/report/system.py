@@ -10,6 +10,7 @@ from trainmon.diagnose.stats import quantile
 from trainmon.metrics import DISK, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.report.schema import (
+    AgentCost,
     AgentlessProcess,
     CpuFigures,
     DiskFigures,
@@ -91,13 +92,15 @@ def system_section(store: Store) -> SystemSection:
             g["uuid"] = info.get("uuid")
             _mig_figures(g, info)
     out: SystemSection = {"cpu": cpu, "memory": memory, "disks": disks, "gpus": gpus}
-    if "self.cpu_pct" in store.series:
+    agents = agent_costs(store.runs.values())
+    if "self.cpu_pct" in store.series or agents:
         own = stats(store, "self.cpu_pct")
         out["monitor_cost"] = {
             "cpu_percent_p50": own["p50"],
             "cpu_percent_p95": own["p95"],
             "helpers_cpu_percent_p50": stats(store, "self.helpers_cpu_pct")["p50"],
             "rss_mb_max": stats(store, "self.rss_mb")["max"],
+            "agents": agents,
         }
     if not gpus:
         out["gpu_error"] = store.metadata.get("gpu_error") or "no GPU data was recorded"
@@ -184,3 +187,24 @@ def process_figures_pid(store: Store, pid: int) -> ProcFigures:
         if s["p50"] is not None:
             fig[key] = s["p50"] if key != "rss_mb" else s["max"]
     return fig
+
+
+def agent_costs(runs: Iterable[Run]) -> list[AgentCost]:
+    """Each agent run's own cost per step over the whole run, where its agent measured it."""
+    out: list[AgentCost] = []
+    for run in runs:
+        figures = run.agent_cost.per_step(run.steps, -math.inf, math.inf) if run.measured_by == "agent" else None
+        if figures is None:
+            continue
+        time_s = run.agent_cost.steps_time(run.steps)
+        share = rounded(figures["total"] * figures["steps"] / 1e9 / time_s, 6) if time_s > 0 else None
+        out.append(
+            {
+                "run": run.label,
+                "per_step_us": round(figures["total"] / 1e3, 3),
+                "hooks_us": round(figures["hooks"] / 1e3, 3),
+                "sender_us": round(figures["sender"] / 1e3, 3),
+                "share_of_step_time": share,
+            }
+        )
+    return out

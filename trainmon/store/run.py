@@ -7,27 +7,31 @@ The step table itself is in ``trainmon.store.steps``.
 
 from __future__ import annotations
 
-import sys
 from array import array
 from bisect import bisect_right
 from typing import Any
 
 from trainmon.labels import main_role, run_label
-from trainmon.protocol import K_COMM, K_EXPOSED, K_GC, K_OPT, K_STEP, K_WAIT
+from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, K_OPT, K_STEP, K_WAIT
+from trainmon.store import watched
+from trainmon.store.agent_cost import AgentCost
+from trainmon.store.compiles import Compiles
 from trainmon.store.derive import WARMUP_STEPS, StepDeriver
 from trainmon.store.folds import fold_next, fold_prefix, fold_regular
 from trainmon.store.gcspans import GcSpans
 from trainmon.store.loaders import MAX_LOADERS, LoaderInfo, bounded, loader_of
+from trainmon.store.memory import CudaMemory
 from trainmon.store.restarts import Restarts
 from trainmon.store.stacks import clean_stacks
 from trainmon.store.steps import Steps
+from trainmon.store.watched import kinds_of as _kinds
+from trainmon.store.watched import split_kind as _split_kind
 
 NS = 1e-9
 MAX_NAMES = 4096
 BEAT_S = 0.5  # agent activity is kept at this resolution (see Run.last_activity)
 MAX_STACK_DUMPS = 32  # per run: the oldest automatic stack dumps are dropped beyond this
 FAST_MIN_STEPS = 8  # a batch with fewer regular steps than this goes record by record
-_KIND_BYTE = 0 if sys.byteorder == "little" else 7  # where a record's kind (the tag's low byte) lies in memory
 
 __all__ = ["MAX_LOADERS", "WARMUP_STEPS", "LoaderInfo", "Run"]  # the first three are kept here for older imports
 
@@ -65,6 +69,9 @@ class Run:
         # A loop no loader drives: where its time outside the model goes, from the agent's stack samples
         # (INFO "outside", see protocol.clean_outside): {"samples", "model_samples", "hot": [...]}.
         self.outside: dict[str, Any] | None = None
+        self.compiles = Compiles(cap)  # torch.compile's compilations: spans, functions, failed guards
+        self.cuda_memory = CudaMemory(cap)  # the CUDA allocator's peaks, read by the agent each tick
+        self.agent_cost = AgentCost(cap)  # what the agent itself costs the training
         self._events_cap = cap
         self.deriver = StepDeriver(self)  # the step state machine (mode, train loader, the step being built)
 
@@ -267,6 +274,7 @@ class Run:
             self.hello = {**self.hello, **ident, "global_rank": ident.get("rank")}
         if isinstance(outside := info.get("outside"), dict):
             self.outside = outside
+        watched.apply_info(self, info)  # torch.compile's compilations, the CUDA device's memory
         if (dump := clean_stacks(info.get("stacks"))) is not None:
             self.stack_dumps.append(dump)
             del self.stack_dumps[:-MAX_STACK_DUMPS]
@@ -297,6 +305,9 @@ class Run:
         self.records += len(records) // 4
         exposed = comm = None
         kinds = _kinds(records)
+        if K_COMPILE in kinds or K_MEMORY in kinds or K_COST in kinds:
+            records = watched.take_records(self, records)
+            kinds = _kinds(records)
         if K_EXPOSED in kinds or K_COMM in kinds or K_GC in kinds:
             records, exposed = _split_kind(records, K_EXPOSED)
             records, comm = _split_kind(records, K_COMM)
@@ -401,31 +412,6 @@ class Run:
 
     def _fold_next(self, records: array[int], tags: array[int], lo: int) -> int:
         return fold_next(self.deriver, records, tags, lo, FAST_MIN_STEPS)
-
-
-def _kinds(records: array[int]) -> bytes:
-    """Each record's kind (its tag's low byte), one byte per record."""
-    with memoryview(records) as view, view.cast("B") as raw:
-        return raw[_KIND_BYTE :: 4 * 8].tobytes()
-
-
-def _split_kind(records: array[int], kind: int) -> tuple[array[int], array[int] | None]:
-    """(the batch without its records of ``kind``, those records or None): C-level finds and slices,
-    one per such record, never a Python step per record."""
-    kinds = _kinds(records)
-    pos = kinds.find(kind)
-    if pos < 0:
-        return records, None
-    rest: array[int] = array("q")
-    taken: array[int] = array("q")
-    start = 0
-    while pos >= 0:
-        rest += records[4 * start : 4 * pos]
-        taken += records[4 * pos : 4 * pos + 4]
-        start = pos + 1
-        pos = kinds.find(kind, start)
-    rest += records[4 * start :]
-    return rest, taken
 
 
 def _as_int(value: Any) -> int | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan
+from trainmon.store.agent_cost import largest_live, per_step_text
 from trainmon.store.store import Store
 from trainmon.view import extract
 from trainmon.view.axis import axis_ticks, clock_label
@@ -136,14 +137,18 @@ def build_frame(
 
 
 def _self_cost(store: Store, t: float, hold: float) -> str | None:
-    """The monitor's own CPU (with its py-spy helpers) and RSS at ``t``, as the time axis shows them."""
+    """The monitor's own CPU (with its py-spy helpers) and RSS at ``t``, and the most an agent costs its training
+    per step there (measured by the agent itself), as the time axis shows them."""
+    agent = largest_live(store.runs.values(), t)
+    agent_text = f"agent {per_step_text(agent)}/step" if agent is not None else None
     cpu = value_at(store.series.get("self.cpu_pct"), t, hold)
     rss = value_at(store.series.get("self.rss_mb"), t, hold)
     if is_nan(cpu) or is_nan(rss):
-        return None
+        return agent_text
     helpers = value_at(store.series.get("self.helpers_cpu_pct"), t, hold)
     total = cpu + (0.0 if is_nan(helpers) else helpers)
-    return f"trainmon {total:.1f}% CPU {rss:.0f}M"
+    own = f"trainmon {total:.1f}% CPU {rss:.0f}M"
+    return f"{own} · {agent_text}" if agent_text else own
 
 
 def feed_thresholds(feed: Feed) -> Thresholds:

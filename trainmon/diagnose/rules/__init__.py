@@ -5,6 +5,7 @@ consumer treats it, is declared once in ``trainmon.diagnose.verdicts``. docs/arc
 """
 
 from trainmon.diagnose.rules.common import base_evidence, insufficient
+from trainmon.diagnose.rules.compile import recompile_stall
 from trainmon.diagnose.rules.context import Rule, RuleContext
 from trainmon.diagnose.rules.dist import comm_bound, straggler
 from trainmon.diagnose.rules.epochs import epoch_restart
@@ -19,6 +20,7 @@ from trainmon.diagnose.rules.gpu import (
 from trainmon.diagnose.rules.hang import hang, hang_episodes
 from trainmon.diagnose.rules.host import host_memory, host_overhead
 from trainmon.diagnose.rules.input import host_to_device, input_bound
+from trainmon.diagnose.rules.memory import memory_creep
 from trainmon.diagnose.rules.sampled import sampled_verdict
 from trainmon.diagnose.rules.stalls import checkpoint_stall, periodic_stall
 from trainmon.diagnose.thresholds import Thresholds
@@ -28,7 +30,8 @@ SAMPLED: Rule = sampled_verdict
 # First, for every run with an agent: a finding here ends its judgement (a hang's window holds only old steps).
 ENDING: tuple[Rule, ...] = (hang,)
 # Then over its window, before steady steps are counted (restarts may leave few of them).
-BEFORE_WARMUP: tuple[Rule, ...] = (checkpoint_stall, epoch_restart)
+# Recompilations are judged on the run's compilations, not on its steady steps (a storm leaves few of those).
+BEFORE_WARMUP: tuple[Rule, ...] = (checkpoint_stall, epoch_restart, recompile_stall)
 # A finding here (too few steady steps) ends the run's judgement.
 WARMUP_GATE: tuple[Rule, ...] = (insufficient,)
 # Over the run's steady steps, its host figures and its evidence.
@@ -38,6 +41,7 @@ PER_RUN: tuple[Rule, ...] = (
     host_to_device,
     host_overhead,
     gpu_memory,
+    memory_creep,
     gpu_throttled,
     host_sync,
     small_work,

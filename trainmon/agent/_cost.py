@@ -1,0 +1,212 @@
+"""The agent's own cost per step, measured live in the training process, from the sender thread only.
+
+Two parts, each sent about once a second as a ``K_COST`` record over the interval it covers:
+
+- ``hooks``: what the hot path adds to the training thread. The hooks' calls are counted in the records the sender
+  collects anyway (each DataLoader wait, optimizer step and ``trainmon.agent.step()`` is one record; collections are
+  read from ``gc.get_stats()``), and each kind of call is priced by a calibration: every ``CALIBRATE_S`` seconds the
+  sender thread times the agent's own hook functions, copies with the same code writing to a private buffer, called
+  the way torch calls them (a DataLoader iterator's ``__next__`` through ``next()``, the optimizer's post-hooks
+  through the loop ``Optimizer.step`` runs them in) after other work, against the same calls without the agent, in
+  its own CPU time, as benchmarks/agent_overhead.py measures the training thread's. Nothing is added to the hot
+  path: the training thread never reads a clock for this.
+- ``sender``: the sender thread's own CPU time (``time.thread_time_ns()``: encoding, writing, the CUDA memory read,
+  torch.compile's records, this meter).
+
+The monitor divides both by the steps that ended in the interval. Loops whose model the agent times (no DataLoader,
+agent/_outside.py) add wrappers this does not price: there only the sender part is sent. Standard library only.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import types
+from array import array
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+from trainmon.agent import _gc, _hot
+from trainmon.protocol import COST_PARTS, K_COST, K_WAIT
+
+CALIBRATE_S = 30.0  # between calibrations (the first at the first report)
+REPORT_S = 1.0
+CALLS = 60  # per timed loop
+REPEATS = 7  # pairs of timed loops (without, with the agent's code) per kind: the median difference counts
+KEEP = 5  # calibrations whose median prices the calls (one alone is noisy on a busy host)
+# Between two calls of a hook the training runs other code that takes the caches from it: each timed call follows
+# about a DataLoader __next__'s worth of Python on a trivial dataset (~150 attribute reads), or a tight loop would
+# price the hooks with warm caches, at about half what a training pays (against benchmarks/agent_overhead.py).
+_FILLER = [types.SimpleNamespace(a=i) for i in range(1050)]
+_pc = time.perf_counter_ns
+
+
+def _work(self: Any = None) -> int:
+    total = 0
+    for item in _FILLER[::7]:
+        total += item.a
+    return total
+
+
+PRICED = ("wait", "opt", "step", "gc")
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+class _Iter:
+    """Stands for a DataLoader iterator: its class ``__next__`` is set to the variant timed."""
+
+    def __init__(self) -> None:
+        self._trainmon_tag = K_WAIT
+
+
+def _clone(fn: Callable[..., Any], globs: dict[str, Any]) -> Any:
+    """``fn``'s code with its globals replaced: the same work, writing where ``globs`` says."""
+    return types.FunctionType(fn.__code__, globs, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _paired(bare: Callable[[int], None], agent: Callable[[int], None]) -> float:
+    """Nanoseconds per call the agent's variant adds: the median difference of ``REPEATS`` pairs of loops of ``CALLS``
+    calls, in this thread's CPU time (immune to the other threads that run meanwhile), in ABBA order."""
+    diffs = []
+    clock = time.thread_time_ns
+    for k in range(REPEATS):
+        spent = {}
+        for variant, loop in ((0, bare), (1, agent)) if k % 2 == 0 else ((1, agent), (0, bare)):
+            t0 = clock()
+            loop(CALLS)
+            spent[variant] = clock() - t0
+        diffs.append((spent[1] - spent[0]) / CALLS)
+    diffs.sort()
+    return diffs[len(diffs) // 2]
+
+
+def calibrate() -> dict[str, float]:
+    """Nanoseconds each hook adds per call, on this machine now: the agent's code against the same calls without it."""
+    hot_globals = dict(vars(_hot))
+    hot_globals["_buf"] = array("q")  # the copies write here: nothing reaches the monitor
+    patched = type("_Patched", (_Iter,), {"__next__": _clone(_hot.wrap_next(_work), hot_globals)})()
+    bare = type("_Bare", (_Iter,), {"__next__": _work})()
+    out = {"wait": _paired(_nexts(bare), _nexts(patched))}
+    hook = _clone(_hot.optimizer_step_post_hook, hot_globals)
+    out["opt"] = _paired(_post_hooks({}), _post_hooks({0: hook}))
+    out["step"] = _paired(_calls(_noop), _calls(_clone(_hot.step, hot_globals)))
+    gc_globals = dict(vars(_gc))
+    gc_globals["_hot"] = types.SimpleNamespace(_buf=hot_globals["_buf"])
+    info = {"generation": 0, "collected": 0, "uncollectable": 0}
+    out["gc"] = _paired(_calls(_noop, info), _calls(_clone(_gc._on_gc, gc_globals), info))
+    return {k: max(0.0, v) for k, v in out.items()}
+
+
+def _nexts(it: Any) -> Callable[[int], None]:
+    def loop(n: int) -> None:  # as a DataLoader loop calls its iterator
+        for _ in range(n):
+            next(it)
+
+    return loop
+
+
+def _post_hooks(extra: dict[int, Any]) -> Callable[[int], None]:
+    own: dict[int, Any] = {}
+
+    def loop(n: int) -> None:  # as torch.optim.Optimizer.step runs its post-hooks, after the step's own work
+        for _ in range(n):
+            _work()
+            for post_hook in chain(own.values(), extra.values()):
+                post_hook(None, (), {})
+
+    return loop
+
+
+def _calls(fn: Callable[..., Any], info: dict[str, int] | None = None) -> Callable[[int], None]:
+    """A loop of ``n`` calls of ``fn`` (with ``info``: a collection's two, start and stop), each after other work."""
+    if info is None:
+
+        def loop(n: int) -> None:
+            for _ in range(n):
+                _work()
+                fn()
+
+        return loop
+
+    def pairs(n: int) -> None:
+        for _ in range(n):
+            _work()
+            fn("start", info)
+            fn("stop", info)
+
+    return pairs
+
+
+def _collections() -> int:
+    try:
+        return sum(g.get("collections", 0) for g in gc.get_stats())
+    except Exception:
+        return 0
+
+
+class CostMeter:
+    """Counts the hooks' calls in each collected batch (``observe``) and sends the cost records (``tick``): both
+    from the sender thread."""
+
+    def __init__(self, priced: Callable[[], bool] = lambda: True) -> None:
+        self.priced = priced  # False while hooks this meter does not price are on (the model timed)
+        self.prices: dict[str, float] = {}  # ns per call of each kind: the median of the last KEEP calibrations
+        self._calibrations: list[dict[str, float]] = []
+        self.last_ns_per_step: float | None = None  # the latest interval's figure, for trainmon.agent.stats()
+        self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported (priced ones)
+        self._calls = {"wait": 0, "opt": 0, "step": 0}
+        self._steps = 0
+        self._t0 = 0
+        self._cpu0 = 0
+        self._gc0 = 0
+        self._next_calibration = 0.0
+
+    def observe(self, counts: Any) -> None:
+        calls = self._calls
+        calls["wait"] += sum(counts.wait.values())
+        calls["opt"] += counts.opt
+        calls["step"] += counts.step
+        self._steps += counts.step or counts.groups or max(counts.wait.values(), default=0)
+
+    def tick(self) -> None:
+        now = _pc()
+        if not self._t0:
+            self._start(now)
+            return
+        if now - self._t0 < REPORT_S * 1e9:
+            return
+        if time.monotonic() >= self._next_calibration:
+            self._calibrations = [*self._calibrations[-(KEEP - 1) :], calibrate()]
+            self.prices = {k: sorted(c[k] for c in self._calibrations)[len(self._calibrations) // 2] for k in PRICED}
+            self._next_calibration = time.monotonic() + CALIBRATE_S
+        cpu, collections = time.thread_time_ns(), _collections()
+        sender = cpu - self._cpu0
+        t0, t1 = self._t0, _pc()
+        if self.priced():
+            hooks = sum(n * self.prices.get(kind, 0.0) for kind, n in self._calls.items())
+            hooks += (collections - self._gc0) * self.prices.get("gc", 0.0)
+            _hot.span(K_COST, COST_PARTS.index("hooks"), t0, t1, int(hooks))
+            if self._steps:
+                self.last_ns_per_step = (hooks + sender) / self._steps
+            totals = self.totals
+            totals["hooks_ns"] += hooks
+            totals["sender_ns"] += max(0, sender)
+            totals["steps"] += self._steps
+        else:
+            self.last_ns_per_step = None
+        _hot.span(K_COST, COST_PARTS.index("sender"), t0, t1, max(0, sender))
+        self._start(t1, cpu, collections)
+
+    def _start(self, t: int, cpu: int | None = None, collections: int | None = None) -> None:
+        self._t0 = t
+        self._cpu0 = time.thread_time_ns() if cpu is None else cpu
+        self._gc0 = _collections() if collections is None else collections
+        self._calls = dict.fromkeys(self._calls, 0)
+        self._steps = 0
+
+
+__all__ = ["CALIBRATE_S", "REPORT_S", "CostMeter", "calibrate"]
