@@ -29,8 +29,11 @@ from trainmon.agent._sender import Sender, debug
 from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
 
 if TYPE_CHECKING:
+    from trainmon.agent._compile import CompileWatch
+    from trainmon.agent._cost import CostMeter
     from trainmon.agent._dist import DistHooks
     from trainmon.agent._iterable import Loader
+    from trainmon.agent._memory import MemoryProbe
     from trainmon.agent._outside import OutsideProbe
 
 __all__ = ["attach", "attached", "detach", "loader", "mark", "phase", "stats", "step"]
@@ -70,8 +73,13 @@ class _Agent:
         self.dist: DistHooks | None = None  # made once the job imports torch.distributed
         self.frameworks = Frameworks(self.sender.add_control)  # which trainer drives the loop
         self._outside: OutsideProbe | None = None  # times the model in loops no loader drives (``outside``)
+        # Made by the sender thread's first tick (``_watch``), not here: attach() returns without importing them.
+        self.compile: CompileWatch | None = None  # torch.compile's compilations, once the job imports torch._dynamo
+        self.memory: MemoryProbe | None = None  # the CUDA allocator's peaks, once the job has initialised CUDA
+        self.cost: CostMeter | None = None  # the agent's own cost per step
         self.sender.on_batch = self._on_batch
         self.identity_sent = False  # the rank and job, told again once a process group exists
+        self.stopped = False
         self.sender.on_tick = self._tick
 
     def _tick(self) -> None:
@@ -90,8 +98,33 @@ class _Agent:
                 if self.dist.installed and not self.identity_sent:
                     self.identity_sent = True
                     self._send_identity()
+            self._watch()
+
+    def _watch(self) -> None:
+        """Each sender tick: torch.compile's new compilations, the CUDA allocator's figures, the agent's own cost."""
+        if self.compile is None or self.memory is None or self.cost is None:
+            from trainmon.agent._compile import CompileWatch
+            from trainmon.agent._cost import CostMeter
+            from trainmon.agent._memory import MemoryProbe
+
+            self.memory = MemoryProbe(self.sender.add_control)
+            self.cost = CostMeter(priced=lambda: not self.outside.on)
+            self.compile = CompileWatch(self.sender.add_control)
+            with self.hooks.lock:  # stop() may be running: it uninstalls under the same lock
+                if not self.stopped:
+                    self.compile.install()
+        device = self.sender.latest("cuda_device")  # the training thread's device, once it told it
+        if isinstance(device, dict) and isinstance(device.get("index"), int):
+            self.memory.preferred = device["index"]
+        for poll in (self.compile.poll, self.memory.poll, self.cost.tick):
+            try:
+                poll()
+            except Exception as exc:
+                debug(f"{poll.__qualname__} failed: {exc!r}")
 
     def _on_batch(self, counts: Any) -> None:
+        if self.cost is not None:
+            self.cost.observe(counts)
         self.outside.observe(counts)
 
     def _send_identity(self) -> None:
@@ -132,6 +165,10 @@ class _Agent:
         _forget_registry(self.registry)
         if self._outside is not None:
             self._outside.uninstall()
+        with self.hooks.lock:
+            self.stopped = True
+            if self.compile is not None:
+                self.compile.uninstall()
         _gc.uninstall()
         self.frameworks.uninstall()
         self.hooks.uninstall()
@@ -352,6 +389,12 @@ def stats() -> dict[str, int]:
     probe = agent.hooks.probe
     if probe is not None:  # CUDA: exposed GPU idle pairs measured, skipped (pool exhausted, graph capture)
         out.update(probe.stats())
+    if agent.compile is not None and agent.compile.compilations:  # torch.compile's compilations read
+        out["compilations"] = agent.compile.compilations
+    if agent.memory is not None and agent.memory.reads:  # CUDA allocator reads sent
+        out["cuda_memory_reads"] = agent.memory.reads
+    if agent.cost is not None and agent.cost.last_ns_per_step is not None:  # its own cost per step, latest second
+        out["step_overhead_ns"] = round(agent.cost.last_ns_per_step)
     return out
 
 
@@ -372,6 +415,8 @@ def _after_fork_in_child() -> None:
             if agent._outside is not None:
                 agent._outside.lock = threading.Lock()
                 agent._outside.uninstall()
+            if agent.compile is not None:
+                agent.compile.uninstall()  # a child's compilations would fill a buffer nobody sends
             if agent.dist is not None:
                 agent.dist.lock = threading.Lock()
                 agent.dist.uninstall()
