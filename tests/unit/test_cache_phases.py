@@ -70,3 +70,17 @@ def test_phases_with_one_code_and_two_causes_stay_apart() -> None:
     judged = [e for e in report["timeline"] if e["code"] != "insufficient_data"]
     assert [e["code"] for e in judged] == ["input.too_few_workers"] * 2, report["timeline"]
     assert "busy 9" in judged[0]["summary"] and "blocked 9" in judged[1]["summary"], judged
+
+
+def test_the_cut_lands_where_the_figures_agree_not_where_the_wait_first_eased() -> None:
+    """The wait eases for 2 s before the cache is warm (the worker still busy), then drops: the wait alone would
+    cut where it first eased; every figure that moved (the worker's CPU, the step time) puts the cut at the warm
+    cache, within a bin of it."""
+    ease = Regime(2, wait_ms=12, compute_ms=40, workers_cpu=95, workers=1)
+    errors = []
+    for seed in range(6):
+        store, (_, warm) = phased_store([Regime(12, 50, 40, 98, workers=1), ease, WARM], seed=seed, noise=NOISY)
+        report = build_report(store)
+        (fed,) = [e for e in report["timeline"] if e["code"] == "ok.compute_bound"]
+        errors.append(abs(fed["t"] - (warm - (store.first_t or 0.0))))
+    assert sum(errors) / len(errors) <= 1.0, errors

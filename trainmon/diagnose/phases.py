@@ -258,6 +258,13 @@ def _cut_gain(prepared: list[_Prepared], s: int, k: int, e: int) -> float:
     return max((_gain(p, s, k, e) for p in prepared if _moved(p, s, k, e)), default=0.0)
 
 
+def _agreed_gain(prepared: list[_Prepared], s: int, k: int, e: int) -> float:
+    """The drop in cost a cut at k brings to [s, e), added up over the figures that move materially there: where a
+    cut is placed, every figure that changed has its say. One figure alone can move in two steps (the data wait
+    eases a little before a cache is warm, then drops), and its largest drop may lie a step early."""
+    return math.fsum(_gain(p, s, k, e) for p in prepared if _moved(p, s, k, e))
+
+
 def _lengthen(prepared: list[_Prepared], cuts: list[int], bins: int, min_bins: int) -> list[int]:
     """Joins each phase shorter than ``min_bins`` to a neighbour (shortest first), dropping the cut between them
     that matters least."""
@@ -274,14 +281,15 @@ def _lengthen(prepared: list[_Prepared], cuts: list[int], bins: int, min_bins: i
 
 
 def _prune(prepared: list[_Prepared], cuts: list[int], bins: int, min_bins: int, penalty: float) -> list[int]:
-    """Each cut placed best between its neighbours; the weakest cut whose phases no longer differ materially, or
-    whose drop no longer beats the penalty, dropped, until every cut holds."""
+    """Each cut placed best between its neighbours (where the figures that moved agree it drops the cost most);
+    the weakest cut whose phases no longer differ materially, or whose drop no longer beats the penalty, dropped,
+    until every cut holds."""
     while True:
         edges = [0, *cuts, bins]
         for i in range(1, len(edges) - 1):
             s, e = edges[i - 1], edges[i + 1]
             lo, hi = max(s + min_bins, edges[i] - min_bins), min(e - min_bins, edges[i] + min_bins)
-            best = max(((_cut_gain(prepared, s, k, e), k) for k in range(lo, hi + 1)), default=None)
+            best = max(((_agreed_gain(prepared, s, k, e), k) for k in range(lo, hi + 1)), default=None)
             if best is not None and best[0] > 0:
                 edges[i] = best[1]
         cuts = edges[1:-1]
