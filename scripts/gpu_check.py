@@ -16,7 +16,13 @@ Energy (``ENERGY_SECONDS`` of steady load under ``trainmon record``): the report
 (``runs[].energy``) against NVML's energy counter read by the training itself over its own steps, and against
 ``nvidia-smi``'s power.draw sampled every 100 ms and integrated over the same span (``ENERGY_TOLERANCE``).
 
+CUDA memory (``MEMORY_SECONDS`` of the steady load keeping ``MEMORY_LEAK_MB`` more each step, a leak): the peaks the
+agent read from the caching allocator (the recording's ``memory`` records) against ``torch.cuda.max_memory_allocated()``
+read by the training itself each step (each of the agent's reads lies between the training's reads around it; the
+last equals the training's last), and memory.creep's MB per 1000 steps against the leak's (``MEMORY_TOLERANCE``).
+
     python scripts/gpu_check.py [--seconds 25] [--cases a,b] [--markdown [FILE]] [--no-cost] [--no-energy]
+                                [--no-memory]
     python scripts/gpu_check.py --energy-only     # the energy check alone (under a minute)
 
 ``--markdown`` writes the results, with the device's name, into docs/gpu-validation.md between its result
@@ -122,6 +128,7 @@ COST_STEPS, COST_REPEATS = 3000, 5
 ENERGY_SECONDS = 10.0
 ENERGY_TOLERANCE = {"counter": 0.03, "nvidia-smi": 0.10}  # |a - b| ≤ tolerance × b
 SMI = ("nvidia-smi", "--query-gpu=uuid,power.draw", "--format=csv,noheader,nounits", "-lms", "100")
+MEMORY_SECONDS, MEMORY_LEAK_MB, MEMORY_TOLERANCE = 12.0, 1, 0.15
 
 
 # ---------------------------------------------------------------- judging (pure: tested on CPU)
@@ -223,6 +230,28 @@ def check_energy(row: dict[str, Any]) -> tuple[str, str]:
     return ("fail" if bad else "pass"), why
 
 
+def check_memory(row: dict[str, Any]) -> tuple[str, str]:
+    """("pass" | "fail", why): the agent's peaks against the training's own reads, and the creep's rate."""
+    if row.get("error"):
+        return "fail", str(row["error"]).splitlines()[0]
+    own, agent = row.get("own") or [], row.get("agent") or []
+    if not own or not agent:
+        return "fail", f"reads: {len(own)} by the training, {len(agent)} by the agent"
+    times = [t for t, _ in own]
+    outside = 0
+    for t, peak in agent:  # a running peak: between the training's last read before it and its first after
+        k = next((i for i, x in enumerate(times) if x > t), len(own))
+        lo, hi = own[k - 1][1] if k else 0, own[k][1] if k < len(own) else own[-1][1]
+        outside += not lo <= peak <= hi
+    rate, leak = row.get("creep_mb_per_1000_steps"), MEMORY_LEAK_MB * 1000
+    why = (
+        f"{len(agent)} agent reads, {outside} outside the training's own; last {agent[-1][1] / 2**20:.0f} MB, the "
+        f"training's {own[-1][1] / 2**20:.0f} MB; memory.creep {fmt(rate, 0)} MB per 1000 steps (leak {leak} MB)"
+    )
+    ok = not outside and agent[-1][1] == own[-1][1] and rate is not None and abs(rate - leak) <= MEMORY_TOLERANCE * leak
+    return ("pass" if ok else "fail"), why
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -274,6 +303,7 @@ def markdown(
     cost: dict[str, float],
     when: str,
     energy: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> str:
     out = [f"Run on **{device}**, {when}, with `python scripts/gpu_check.py`.", ""]
     if rows:
@@ -283,6 +313,8 @@ def markdown(
     if energy is not None:
         status, why = check_energy(energy)
         out += ["", f"Energy over {ENERGY_SECONDS:.0f} s of steady load: **{status}**: {why}."]
+    if memory is not None:
+        out += ["", "CUDA memory, a {} MB-a-step leak: **{}**: {}.".format(MEMORY_LEAK_MB, *check_memory(memory))]
     if cost:
         out += ["", "Agent cost per step (median of repeats, same loop and machine):", "", "```", format_cost(cost)]
         out.append("```")
@@ -492,11 +524,13 @@ def _child(case: str, seconds: float, profile: bool) -> int:
     dev = torch.device("cuda")
     torch.cuda.init()  # the job initialises CUDA (the agent never does)
     trainmon.agent.attach()
-    fetch, step = _workload("gpu-bound" if case == "energy" else case, dev)
+    fetch, step = _workload("gpu-bound" if case in ("energy", "memory") else case, dev)
     if case == "cost":
         return _cost_child(fetch, step)
     if case == "energy":
         return _energy_child(fetch, step, seconds)
+    if case == "memory":
+        return _memory_child(fetch, step, seconds)
     if not profile:
         deadline = time.monotonic() + seconds
         n = 0
@@ -572,6 +606,23 @@ def _energy_child(fetch: Callable[[], Any], step: Callable[[Any], None], seconds
     torch.cuda.synchronize()
     c1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
     print(json.dumps({"steps": n, "t0": t0, "t1": t1, "counter_j": (c1 - c0) / 1e3, "uuid": uuid}))
+    return 0
+
+
+def _memory_child(fetch: Callable[[], Any], step: Callable[[Any], None], seconds: float) -> int:
+    """The steady load keeping MEMORY_LEAK_MB more each step (outputs kept across steps); after each step the
+    training reads its own ``max_memory_allocated()`` (monotonic time, bytes)."""
+    import torch
+
+    kept, own = [], []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        step(fetch())
+        kept.append(torch.empty(MEMORY_LEAK_MB << 20, dtype=torch.uint8, device="cuda"))
+        own.append((time.monotonic(), torch.cuda.max_memory_allocated()))
+    torch.cuda.synchronize()
+    own.append((time.monotonic(), torch.cuda.max_memory_allocated()))
+    print(json.dumps({"steps": len(kept), "own": own}))
     return 0
 
 
@@ -727,6 +778,30 @@ def measure_energy(tmp: str, seconds: float = ENERGY_SECONDS) -> dict[str, Any]:
     }
 
 
+def measure_memory(tmp: str) -> dict[str, Any]:
+    """The leaking load under ``trainmon record``: the agent's reads (the recording) and memory.creep (judged over
+    seconds, not the default minutes) against the training's own reads."""
+    from trainmon.diagnose import Thresholds, evaluate
+    from trainmon.record import load_recording
+
+    rec = Recorder(tmp, "memory")
+    try:
+        child = _run_child("memory", MEMORY_SECONDS, dict(_env(), TRAINMON_ADDR=rec.addr))
+    finally:
+        time.sleep(1.5)
+        rec.stop()
+    store, _ = load_recording(rec.path)
+    (run,) = [r for r in store.runs.values() if r.measured_by == "agent"]
+    th = Thresholds(creep_min_s=5.0, creep_min_mb=64.0)
+    creep = [f for f in evaluate(store, run.last_seen, th) if f.code == "memory.creep"]
+    memory = run.cuda_memory
+    return {
+        "own": child["own"],
+        "agent": list(zip(memory.t["peak_allocated"], memory.v["peak_allocated"], strict=True)),
+        "creep_mb_per_1000_steps": creep[0].evidence["growth_mb_per_1000_steps"] if creep else None,
+    }
+
+
 def device_name() -> str:
     import torch
 
@@ -742,6 +817,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-cost", action="store_true", help="skip the agent's cost per step")
     ap.add_argument("--no-energy", action="store_true", help="skip the energy check")
     ap.add_argument("--energy-only", action="store_true", help="only the energy check (no cases, no cost)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the CUDA memory check")
     ap.add_argument("--json", default=None, help="also write the result rows to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
@@ -766,6 +842,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     cost: dict[str, float] = {}
     energy: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="tm-gpu-check-") as tmp:
         for name in names:
             print(f"  {name}: {CASES[name].what}", flush=True)
@@ -782,6 +859,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 energy = measure_energy(tmp)
             except (RuntimeError, subprocess.SubprocessError, ValueError, KeyError) as e:
                 energy = {"error": str(e)}
+        if not args.no_memory and not args.energy_only:
+            print(f"  memory: {MEMORY_SECONDS:.0f} s leaking {MEMORY_LEAK_MB} MB a step", flush=True)
+            try:
+                memory = measure_memory(tmp)
+            except (RuntimeError, subprocess.SubprocessError, ValueError, KeyError) as e:
+                memory = {"error": str(e)}
     print()
     if rows:
         print(format_table(rows))
@@ -794,12 +877,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_cost(cost))
     if energy is not None:
         print("\nenergy: {}: {}".format(*check_energy(energy)))
+    if memory is not None:
+        print("memory: {}: {}".format(*check_memory(memory)))
     if args.json:
-        out = {"device": device, "rows": rows, "cost": cost, "energy": energy}
+        out = {"device": device, "rows": rows, "cost": cost, "energy": energy, "memory": memory}
         Path(args.json).write_text(json.dumps(out, indent=2))
     if args.markdown:
-        write_markdown(Path(args.markdown), markdown(device, rows, cost, time.strftime("%Y-%m-%d"), energy))
-    return 0 if passed(rows, energy) else 1
+        write_markdown(Path(args.markdown), markdown(device, rows, cost, time.strftime("%Y-%m-%d"), energy, memory))
+    return 0 if passed(rows, energy) and (memory is None or check_memory(memory)[0] == "pass") else 1
 
 
 if __name__ == "__main__":

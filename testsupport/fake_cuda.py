@@ -1,4 +1,5 @@
-"""A fake ``torch.cuda`` boundary for the exposed-GPU-idle path (there is no GPU where the tests run).
+"""A fake ``torch.cuda`` boundary for the exposed-GPU-idle path and the caching allocator's figures (there is no GPU
+where the tests run).
 
 The fake GPU is one device with one stream: a clock (ns, the host's ``perf_counter_ns`` unless a test
 drives a ``ManualClock``) and the instant its queue runs dry. ``launch(work_ns)`` enqueues work the way an
@@ -52,6 +53,31 @@ class FakeGpu:
         return max(0, self.free_at - self.clock())
 
 
+class FakeAllocator:
+    """The caching allocator's counters, as ``torch.cuda.memory_stats`` gives them: bytes allocated now and at their
+    peak, and the bytes reserved from the device (grown in ``BLOCK`` steps, never given back, as the cache keeps
+    them). ``alloc``/``free`` stand for tensors made and dropped by the training."""
+
+    BLOCK = 2 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.allocated = self.reserved = 0
+        self.peak_allocated = self.peak_reserved = 0
+
+    def alloc(self, nbytes: int) -> None:
+        self.allocated += nbytes
+        while self.reserved < self.allocated:
+            self.reserved += self.BLOCK
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def free(self, nbytes: int) -> None:
+        self.allocated = max(0, self.allocated - nbytes)
+
+    def reset_peaks(self) -> None:
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+
 class FakeEvent:
     def __init__(self, cuda: FakeCuda, enable_timing: bool = False, **_: Any) -> None:
         self.cuda = cuda
@@ -92,7 +118,9 @@ class FakeCuda:
         self.initialized = initialized
         self.capturing = False
         self.fail_record = False
-        self.calls = {"record": 0, "query": 0, "elapsed_time": 0, "events": 0}
+        self.calls = {"record": 0, "query": 0, "elapsed_time": 0, "events": 0, "memory_stats": 0}
+        self.memory = FakeAllocator()
+        self.total_memory = 80 * 1024**3
         torch = sys.modules.get("torch")
         real = getattr(torch, "cuda", None) if torch is not None else None
         self._real = real if not isinstance(real, FakeCuda) else real._real
@@ -116,7 +144,37 @@ class FakeCuda:
     def get_device_properties(self, device: int) -> Any:
         from types import SimpleNamespace
 
-        return SimpleNamespace(name="Fake H100", uuid=self.uuid)
+        return SimpleNamespace(name="Fake H100", uuid=self.uuid, total_memory=self.total_memory)
+
+    def device_count(self) -> int:
+        return 1
+
+    # The caching allocator's figures (torch.cuda.memory): host-side counters, no CUDA call.
+
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
+        self.calls["memory_stats"] += 1
+        if not self.initialized:
+            return {}
+        m = self.memory
+        return {
+            "allocated_bytes": {"all": {"current": m.allocated, "peak": m.peak_allocated}},
+            "reserved_bytes": {"all": {"current": m.reserved, "peak": m.peak_reserved}},
+        }
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        return self.memory.peak_allocated
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return self.memory.peak_reserved
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return self.memory.allocated
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return self.memory.reserved
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.memory.reset_peaks()
 
     def synchronize(self, device: Any = None) -> None:
         raise AssertionError("the agent must never synchronise")

@@ -239,7 +239,38 @@ def test_scenario_is_diagnosed(name, addr, tmp_path, monkeypatch):
     if name == "epoch-persistent":
         (run,) = report["runs"]
         assert run["epoch_restarts"] == 0 and run["dataloader"]["persistent_workers"] is True, run
+    if name in ("recompile-storm", "compiled-steady"):
+        check_compiled(name, report, tmp_path, detail)
 
 
 def budgets(report: dict) -> list[dict]:
     return [r["time_budget"] for r in report["runs"] if r["time_budget"] is not None]
+
+
+def check_compiled(name: str, report: dict, tmp_path, detail: str) -> None:
+    """The compiled classifier: the time budget counts the seconds torch itself recorded compiling (the training prints
+    them); a storm names the function and its failed guard, live within 10 s of its first recompilation and in the
+    report; one shape compiled once never fires."""
+    own = re.search(
+        r"(\d+) recompilations, ([\d.]+) s, recompile limit hit: (\w+)", (tmp_path / f"{name}.out").read_text()
+    )
+    assert own, detail
+    recompiles, compile_s, limit_hit = int(own[1]), float(own[2]), own[3] == "True"
+    (budget,) = budgets(report)
+    assert abs(budget["parts_s"]["compilation"] - compile_s) <= 0.1 * compile_s + 0.2, (compile_s, budget)
+    ticks = [json.loads(line) for line in (tmp_path / f"{name}.ticks").read_text().splitlines() if line[:1] == "{"]
+    live = [f for t in ticks for f in t["findings"] if f["code"] == "stall.recompile"]
+    if name == "compiled-steady":
+        assert recompiles == 0 and not limit_hit, detail
+        codes = {f["code"] for f in report["findings"]} | {e["code"] for e in report["timeline"]}
+        assert "stall.recompile" not in codes and not live, (report["findings"], live[:1])
+        return
+    assert recompiles >= 3 and limit_hit, detail  # dynamic=False: a compilation per length, then eager
+    ev = report["verdict"]["evidence"]
+    assert ev["function"].startswith("forward (compiled.py:"), detail
+    assert ev["failed_guard"] == "tensor 'input_ids' size mismatch at index 1" and ev["eager_fallback"], detail
+    store = load_recording(str(tmp_path / f"{name}.tmrec"))[0]
+    (run,) = [r for r in store.runs.values() if r.measured_by == "agent"]
+    storm = min(s for s, attempt in zip(run.compiles.start, run.compiles.attempt, strict=True) if attempt >= 1)
+    banner = next(t["t"] for t in ticks if (t["verdict"] or {}).get("code") == "stall.recompile")
+    assert 0 <= banner - storm <= 10.0, f"storm from {storm:.1f}, banner at {banner:.1f}"

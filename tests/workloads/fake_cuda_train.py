@@ -1,12 +1,16 @@
 """A CPU training that looks like a CUDA one to the agent: ``torch.cuda`` is the fake of testsupport/fake_cuda.py.
 
-    python fake_cuda_train.py STEPS WAIT_MS GPU_MS HOST_MS
+    python fake_cuda_train.py STEPS WAIT_MS GPU_MS HOST_MS [ACT_MB LEAK_KB]
 
 Installs the fake before attaching, then each step: ``next(loader)`` (the dataset sleeps WAIT_MS, in the
 main process), "launches" GPU_MS of kernels on the fake GPU (asynchronous), spends HOST_MS on the host
 (sleep) and steps the optimizer. At the next wait the fake GPU still holds GPU_MS − HOST_MS of work, so
 max(0, WAIT_MS − (GPU_MS − HOST_MS)) of each wait leaves it idle. Prints one JSON line: the agent's
 counters and the loop's own wait, exposed and step time over the steps after the first ten.
+
+With ACT_MB, each step also allocates ACT_MB of "activations" on the fake caching allocator and frees them at its end,
+and keeps LEAK_KB more for good (a leak: outputs kept across steps); the JSON line then gives what the training read
+of itself with ``torch.cuda.max_memory_allocated()`` at its end.
 """
 
 import json
@@ -40,6 +44,9 @@ class Slow(Dataset):
 
 def main() -> None:
     steps, wait_ms, gpu_ms, host_ms = int(sys.argv[1]), *map(float, sys.argv[2:5])
+    act, leak = (int(float(a) * k) for a, k in zip(sys.argv[5:7] or ("0", "0"), (1 << 20, 1 << 10), strict=True))
+    memory = FAKE.memory
+    memory.alloc(64 << 20)  # the model and the optimizer's state
     torch.set_num_threads(1)
     loader = DataLoader(Slow(steps, wait_ms / 1e3), batch_size=None, num_workers=0)
     model = torch.nn.Linear(4, 1)
@@ -54,10 +61,12 @@ def main() -> None:
         batch = next(it)
         t1 = time.perf_counter()
         gpu.launch(int(gpu_ms * MS))
+        memory.alloc(act + leak)
         model(batch).sum().backward()
         time.sleep(host_ms / 1e3)
         opt.step()
         opt.zero_grad()
+        memory.free(act)
         t_end = time.perf_counter()
         if k >= 10:
             wait += t1 - t0
@@ -71,6 +80,8 @@ def main() -> None:
                 "agent": trainmon.agent.stats(),
                 "wait_fraction": wait / total,
                 "exposed_fraction": exposed / total,
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
             }
         ),
         flush=True,

@@ -78,6 +78,7 @@ class _Agent:
         self.memory: MemoryProbe | None = None  # the CUDA allocator's peaks, once the job has initialised CUDA
         self.cost: CostMeter | None = None  # the agent's own cost per step
         self.sender.on_batch = self._on_batch
+        self.sender.on_stop = self._last_watch
         self.identity_sent = False  # the rank and job, told again once a process group exists
         self.stopped = False
         self.sender.on_tick = self._tick
@@ -121,6 +122,14 @@ class _Agent:
                 poll()
             except Exception as exc:
                 debug(f"{poll.__qualname__} failed: {exc!r}")
+
+    def _last_watch(self) -> None:
+        """Before the final flush: the compilations torch recorded since the last tick (a storm at the very end), and
+        the allocator's figures at the end."""
+        if self.compile is not None:
+            self.compile.poll()
+        if self.memory is not None:
+            self.memory.poll()
 
     def _on_batch(self, counts: Any) -> None:
         if self.cost is not None:

@@ -92,6 +92,7 @@ class Sender:
         self.address = address
         self.on_tick = on_tick  # called first each tick (the agent: has the job initialised CUDA yet?)
         self.on_batch: Callable[[Counts], None] | None = None  # told each collected batch's counts (agent/_outside.py)
+        self.on_stop: Callable[[], None] | None = None  # called once before the final flush (the agent's last reads)
         self.hello = hello
         self.hello_extra = hello_extra
         self.token = token
@@ -131,6 +132,11 @@ class Sender:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=flush_s)
         with self._tick_lock:
+            if self.on_stop is not None:
+                try:
+                    self.on_stop()
+                except Exception as exc:
+                    debug(f"stop hook failed: {exc!r}")
             self.add_control({"bye": reason})
             deadline = time.monotonic() + flush_s
             self._collect()

@@ -27,6 +27,9 @@ class Scenario:
 SECONDS = ("--seconds", "20", "--steps", "1000000")
 EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
 GPT = ("--seconds", "15", "--log-interval", "20")  # trainmon.demo.gpt: nanoGPT's loop, no DataLoader
+# trainmon.demo.compiled, with torch.compile's aot_eager backend: it traces and compiles the forward and backward graphs
+# as inductor does, without generating kernels (a C++ compilation each on CPU: minutes per storm on a busy 2-core host)
+COMPILED = ("--seconds", "18", "--backend", "aot_eager")
 LIGHTNING = (
     "--workers",
     "1",
@@ -354,6 +357,21 @@ SCENARIOS: dict[str, Scenario] = {
             "one worker decodes 1 ms per sample in epochs of 150 batches, restarted each epoch at little cost: "
             "input-bound all along, never an epoch-restart verdict",
             ("--workers", "1", "--cpu-ms", "1.0", "--epoch-batches", "150", *SECONDS),
+        ),
+        Scenario(
+            "recompile-storm",
+            "stall.recompile",
+            "a torch.compile'd text classifier (dynamic=False) fed length-grouped batches padded to their longest: "
+            "every new length recompiles until the recompile limit sends the model back to eager",
+            ("--dynamic", "false", *COMPILED),
+            module="trainmon.demo.compiled",
+        ),
+        Scenario(
+            "compiled-steady",
+            "ok.compute_bound",
+            "the same compiled classifier with every batch padded to max_length: one shape, compiled once",
+            ("--pad", "max_length", *COMPILED),
+            module="trainmon.demo.compiled",
         ),
         Scenario(
             "gpt-get-batch",

@@ -51,11 +51,11 @@ class AgentCost:
         if j <= i:
             return None
         lo, hi = self.t0[hooks][i], self.t1[hooks][j - 1]
-        a, b = steps.index_range(lo, hi)
+        a, b = bisect_right(steps.end, lo), bisect_right(steps.end, hi)  # steps that ended within (lo, hi]
         if b <= a:
             return None
-        for part in COST_PARTS:
-            k, m = bisect_left(self.t1[part], lo), bisect_right(self.t1[part], hi)
+        for part in COST_PARTS:  # the same intervals: each part's ends within [t0, t1]
+            k, m = bisect_left(self.t1[part], t0), bisect_right(self.t1[part], t1)
             out[part] = sum(self.ns[part][k:m]) / (b - a)
         out["total"] = sum(out[p] for p in COST_PARTS)
         out["steps"] = b - a

@@ -6,7 +6,8 @@ run so far, or a report's phase) is cut into ``CREEP_SEGMENTS`` equal segments a
 A creep: the peak rises from segment to segment in at least ``creep_rising_share`` of them, by ``creep_min_mb`` or
 more in all, over ``creep_min_s`` or longer. A peak that settles (the longest batch seen, the optimizer's state made
 at its first step) rises early and then rarely, and is not one. The rate is the least-squares slope through the
-segments' peaks; the device fills when the peak reaches its total memory at that rate.
+segments' peaks; the device fills when the peak reaches its total memory at that rate. The warm-up steps are left out:
+the memory the first steps make (activations, the optimizer's state) is no creep.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def memory_creep(ctx: RuleContext) -> Finding | None:
     if not memory:
         return None
     times = memory.t[FIELD]
-    t0 = max(times[0], ctx.since if ctx.since is not None else times[0])
+    t0 = max(times[0], ctx.since if ctx.since is not None else times[0], _steady_from(run))
     t1 = min(ctx.t, times[-1])
     if t1 - t0 < th.creep_min_s:
         return None
@@ -65,7 +66,7 @@ def memory_creep(ctx: RuleContext) -> Finding | None:
     if rate <= 0:
         return None
     i, j = run.steps.index_range(t0, t1)
-    per_k_steps = growth / (j - i) * 1000 if j > i else math.nan
+    per_k_steps = rate * (t1 - t0) / (j - i) * 1000 if j > i else math.nan
     latest = peaks[-1][1]
     full_min = (memory.total - latest) / rate / 60 if memory.total > latest else math.nan
     severity = "critical" if full_min <= th.creep_critical_min else "warning"
@@ -80,6 +81,14 @@ def memory_creep(ctx: RuleContext) -> Finding | None:
     return Finding(
         "memory.creep", severity, summary, _ADVICE, _evidence(run.label, memory, peaks, rate, per_k_steps, full_min)
     )
+
+
+def _steady_from(run: Any) -> float:
+    """When the run's first steady step began: the memory its first steps make (activations, the optimizer's state)
+    is no creep. inf while it has none (nothing is judged yet)."""
+    warm = run.steps.warm
+    k = warm.tobytes().find(b"\x00")
+    return run.steps.start[k] if k >= 0 else math.inf
 
 
 _ADVICE = [

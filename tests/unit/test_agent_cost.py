@@ -1,0 +1,76 @@
+"""The agent's own cost: its calibration of the hooks, the records the meter sends, and the per-step figure the
+monitor makes of them."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from types import SimpleNamespace
+
+import pytest
+
+from testsupport.stores import MS, uniform_store
+from trainmon import protocol as P
+from trainmon.agent import _cost, _hot
+from trainmon.store.agent_cost import largest_live, per_step_text
+
+
+def test_calibration_prices_every_hook_and_writes_nothing_the_monitor_gets():
+    _hot.reset_buffer()
+    prices = _cost.calibrate()
+    assert set(prices) == set(_cost.PRICED)
+    assert all(math.isfinite(v) and v >= 0 for v in prices.values()), prices
+    assert prices["wait"] > 0 and prices["opt"] > 0, prices  # two clock reads and an append are not free
+    assert _hot.pending_records() == 0  # the copies wrote to a buffer of their own
+
+
+def test_the_meter_sends_the_hooks_at_their_price_and_the_sender_time(monkeypatch):
+    monkeypatch.setattr(_cost, "calibrate", lambda: {"wait": 300.0, "opt": 200.0, "step": 0.0, "gc": 0.0})
+    monkeypatch.setattr(_cost, "REPORT_S", 0.0)
+    _hot.reset_buffer()
+    meter = _cost.CostMeter()
+    meter.tick()  # starts the first interval
+    counts = SimpleNamespace(wait={1: 100}, opt=100, step=0, groups=100)
+    meter.observe(counts)
+    meter.tick()
+    records = _hot.swap_buffer()
+    kinds = {records[k] & 0xFF for k in range(0, len(records), 4)}
+    assert kinds == {P.K_COST}
+    by_part = {P.COST_PARTS[records[k] >> 8]: records[k + 3] for k in range(0, len(records), 4)}
+    assert by_part["hooks"] == 100 * 300 + 100 * 200 and by_part["sender"] >= 0
+    assert meter.totals["steps"] == 100 and meter.last_ns_per_step is not None
+    assert meter.last_ns_per_step == pytest.approx((50_000 + by_part["sender"]) / 100)
+
+
+def test_a_loop_whose_model_the_agent_times_sends_only_the_sender_part(monkeypatch):
+    monkeypatch.setattr(_cost, "calibrate", lambda: dict.fromkeys(_cost.PRICED, 100.0))
+    monkeypatch.setattr(_cost, "REPORT_S", 0.0)
+    _hot.reset_buffer()
+    meter = _cost.CostMeter(priced=lambda: False)
+    meter.tick()
+    meter.observe(SimpleNamespace(wait={}, opt=10, step=0, groups=10))
+    meter.tick()
+    records = _hot.swap_buffer()
+    assert [P.COST_PARTS[records[k] >> 8] for k in range(0, len(records), 4)] == ["sender"]
+    assert meter.last_ns_per_step is None
+
+
+def test_the_monitor_divides_by_the_steps_in_the_intervals():
+    store = uniform_store(step_ms=10.0, steps=1000)  # 10 s of 10 ms steps
+    recs = []
+    for k in range(10):  # a second each: 800 ns of hooks and 200 ns of sender per step
+        recs += [P.K_COST, k * 1000 * MS, (k + 1) * 1000 * MS, 100 * 800]
+        recs += [P.K_COST | 1 << 8, k * 1000 * MS, (k + 1) * 1000 * MS, 100 * 200]
+    store.events(1, 10.0, array("q", recs))
+    run = store.runs[1]
+    figures = run.agent_cost.per_step(run.steps, 5.0, 10.0)
+    assert figures is not None
+    assert figures["hooks"] == pytest.approx(800, rel=0.02) and figures["sender"] == pytest.approx(200, rel=0.02)
+    assert largest_live(store.runs.values(), 10.0) == pytest.approx(1000, rel=0.02)
+    assert largest_live(store.runs.values(), 30.0) is None  # nothing measured in the last 5 s
+
+
+def test_per_step_text():
+    assert per_step_text(940) == "0.9µs"
+    assert per_step_text(390_000) == "390µs"
+    assert per_step_text(1_240_000) == "1.2ms"
