@@ -219,6 +219,9 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         on, off = agent_hooks()
         off()
         tid = agent._agent.sender._thread.native_id  # type: ignore[union-attr]
+        deadline = time.monotonic() + 5.0
+        while agent._agent.cost is None and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.01)  # made by the sender thread's first tick
         meter = agent._agent.cost  # type: ignore[union-attr]  # the agent's own live figure (agent/_cost.py)
         before = dict(meter.totals)
         r = paired(loop.cuda_block if cuda else loop.block, on, off, pairs, steps, tid, settle)

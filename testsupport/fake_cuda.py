@@ -118,7 +118,8 @@ class FakeCuda:
         self.initialized = initialized
         self.capturing = False
         self.fail_record = False
-        self.calls = {"record": 0, "query": 0, "elapsed_time": 0, "events": 0, "memory_stats": 0}
+        self.calls = {"record": 0, "query": 0, "elapsed_time": 0, "events": 0}
+        self.memory_reads = 0  # memory_stats_as_nested_dict calls
         self.memory = FakeAllocator()
         self.total_memory = 80 * 1024**3
         torch = sys.modules.get("torch")
@@ -152,7 +153,7 @@ class FakeCuda:
     # The caching allocator's figures (torch.cuda.memory): host-side counters, no CUDA call.
 
     def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
-        self.calls["memory_stats"] += 1
+        self.memory_reads += 1
         if not self.initialized:
             return {}
         m = self.memory

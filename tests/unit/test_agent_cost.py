@@ -25,7 +25,8 @@ def test_calibration_prices_every_hook_and_writes_nothing_the_monitor_gets():
 
 
 def test_the_meter_sends_the_hooks_at_their_price_and_the_sender_time(monkeypatch):
-    monkeypatch.setattr(_cost, "calibrate", lambda: {"wait": 300.0, "opt": 200.0, "step": 0.0, "gc": 0.0})
+    prices = {"wait": 300.0, "opt": 200.0, "step": 0.0, "gc": 0.0}
+    monkeypatch.setattr(_cost, "calibrate", lambda kinds: {k: prices[k] for k in kinds})
     monkeypatch.setattr(_cost, "REPORT_S", 0.0)
     _hot.reset_buffer()
     meter = _cost.CostMeter()
@@ -39,11 +40,12 @@ def test_the_meter_sends_the_hooks_at_their_price_and_the_sender_time(monkeypatc
     by_part = {P.COST_PARTS[records[k] >> 8]: records[k + 3] for k in range(0, len(records), 4)}
     assert by_part["hooks"] == 100 * 300 + 100 * 200 and by_part["sender"] >= 0
     assert meter.totals["steps"] == 100 and meter.last_ns_per_step is not None
+    assert set(meter.prices) == {"wait", "opt", "gc"}  # the kinds called, and the collector's once
     assert meter.last_ns_per_step == pytest.approx((50_000 + by_part["sender"]) / 100)
 
 
 def test_a_loop_whose_model_the_agent_times_sends_only_the_sender_part(monkeypatch):
-    monkeypatch.setattr(_cost, "calibrate", lambda: dict.fromkeys(_cost.PRICED, 100.0))
+    monkeypatch.setattr(_cost, "calibrate", lambda kinds: dict.fromkeys(kinds, 100.0))
     monkeypatch.setattr(_cost, "REPORT_S", 0.0)
     _hot.reset_buffer()
     meter = _cost.CostMeter(priced=lambda: False)

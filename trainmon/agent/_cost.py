@@ -9,7 +9,9 @@ Two parts, each sent about once a second as a ``K_COST`` record over the interva
   the way torch calls them (a DataLoader iterator's ``__next__`` through ``next()``, the optimizer's post-hooks
   through the loop ``Optimizer.step`` runs them in) after other work, against the same calls without the agent, in
   its own CPU time, as benchmarks/agent_overhead.py measures the training thread's. Nothing is added to the hot
-  path: the training thread never reads a clock for this.
+  path: the training thread never reads a clock for this. Not priced: the exposed-idle probe's CUDA events on a CUDA
+  job (TRAINMON_EXPOSED_EVERY; scripts/gpu_check.py measures them), a DataLoader's first batches read by the
+  batch probe, and the wrappers of a loop whose model the agent times.
 - ``sender``: the sender thread's own CPU time (``time.thread_time_ns()``: encoding, writing, the CUDA memory read,
   torch.compile's records, this meter).
 
@@ -23,17 +25,17 @@ import gc
 import time
 import types
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
 from trainmon.agent import _gc, _hot
 from trainmon.protocol import COST_PARTS, K_COST, K_WAIT
 
-CALIBRATE_S = 30.0  # between calibrations (the first at the first report)
+CALIBRATE_S = 60.0  # between calibrations (the first at the first report with calls): ~10 ms of the sender's CPU each
 REPORT_S = 1.0
-CALLS = 60  # per timed loop
-REPEATS = 7  # pairs of timed loops (without, with the agent's code) per kind: the median difference counts
+CALLS = 30  # per timed loop
+REPEATS = 5  # pairs of timed loops (without, with the agent's code) per kind: the median difference counts
 KEEP = 5  # calibrations whose median prices the calls (one alone is noisy on a busy host)
 # Between two calls of a hook the training runs other code that takes the caches from it: each timed call follows
 # about a DataLoader __next__'s worth of Python on a trivial dataset (~150 attribute reads), or a tight loop would
@@ -84,20 +86,27 @@ def _paired(bare: Callable[[int], None], agent: Callable[[int], None]) -> float:
     return diffs[len(diffs) // 2]
 
 
-def calibrate() -> dict[str, float]:
-    """Nanoseconds each hook adds per call, on this machine now: the agent's code against the same calls without it."""
+def calibrate(kinds: Iterable[str] = PRICED) -> dict[str, float]:
+    """Nanoseconds each hook of ``kinds`` adds per call, on this machine now: the agent's code against the same calls
+    without it."""
     hot_globals = dict(vars(_hot))
     hot_globals["_buf"] = array("q")  # the copies write here: nothing reaches the monitor
-    patched = type("_Patched", (_Iter,), {"__next__": _clone(_hot.wrap_next(_work), hot_globals)})()
-    bare = type("_Bare", (_Iter,), {"__next__": _work})()
-    out = {"wait": _paired(_nexts(bare), _nexts(patched))}
-    hook = _clone(_hot.optimizer_step_post_hook, hot_globals)
-    out["opt"] = _paired(_post_hooks({}), _post_hooks({0: hook}))
-    out["step"] = _paired(_calls(_noop), _calls(_clone(_hot.step, hot_globals)))
-    gc_globals = dict(vars(_gc))
-    gc_globals["_hot"] = types.SimpleNamespace(_buf=hot_globals["_buf"])
-    info = {"generation": 0, "collected": 0, "uncollectable": 0}
-    out["gc"] = _paired(_calls(_noop, info), _calls(_clone(_gc._on_gc, gc_globals), info))
+    out = {}
+    for kind in kinds:
+        if kind == "wait":
+            patched = type("_Patched", (_Iter,), {"__next__": _clone(_hot.wrap_next(_work), hot_globals)})()
+            bare = type("_Bare", (_Iter,), {"__next__": _work})()
+            out[kind] = _paired(_nexts(bare), _nexts(patched))
+        elif kind == "opt":
+            hook = _clone(_hot.optimizer_step_post_hook, hot_globals)
+            out[kind] = _paired(_post_hooks({}), _post_hooks({0: hook}))
+        elif kind == "step":
+            out[kind] = _paired(_calls(_noop), _calls(_clone(_hot.step, hot_globals)))
+        elif kind == "gc":
+            gc_globals = dict(vars(_gc))
+            gc_globals["_hot"] = types.SimpleNamespace(_buf=hot_globals["_buf"])
+            info = {"generation": 0, "collected": 0, "uncollectable": 0}
+            out[kind] = _paired(_calls(_noop, info), _calls(_clone(_gc._on_gc, gc_globals), info))
     return {k: max(0.0, v) for k, v in out.items()}
 
 
@@ -154,8 +163,8 @@ class CostMeter:
 
     def __init__(self, priced: Callable[[], bool] = lambda: True) -> None:
         self.priced = priced  # False while hooks this meter does not price are on (the model timed)
-        self.prices: dict[str, float] = {}  # ns per call of each kind: the median of the last KEEP calibrations
-        self._calibrations: list[dict[str, float]] = []
+        self.prices: dict[str, float] = {}  # ns per call of each kind: the median of its last KEEP calibrations
+        self._calibrations: dict[str, list[float]] = {}
         self.last_ns_per_step: float | None = None  # the latest interval's figure, for trainmon.agent.stats()
         self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported (priced ones)
         self._calls = {"wait": 0, "opt": 0, "step": 0}
@@ -180,9 +189,7 @@ class CostMeter:
         if now - self._t0 < REPORT_S * 1e9:
             return
         if time.monotonic() >= self._next_calibration:
-            self._calibrations = [*self._calibrations[-(KEEP - 1) :], calibrate()]
-            self.prices = {k: sorted(c[k] for c in self._calibrations)[len(self._calibrations) // 2] for k in PRICED}
-            self._next_calibration = time.monotonic() + CALIBRATE_S
+            self._calibrate()
         cpu, collections = time.thread_time_ns(), _collections()
         sender = cpu - self._cpu0
         t0, t1 = self._t0, _pc()
@@ -200,6 +207,19 @@ class CostMeter:
             self.last_ns_per_step = None
         _hot.span(K_COST, COST_PARTS.index("sender"), t0, t1, max(0, sender))
         self._start(t1, cpu, collections)
+
+    def _calibrate(self) -> None:
+        """The kinds of hooks called since the last report (and the collector's once), each priced at the median of
+        its last KEEP calibrations. Nothing called yet: tried again at the next report."""
+        kinds = [k for k, n in self._calls.items() if n]
+        if not kinds:
+            return
+        if "gc" not in self.prices:
+            kinds.append("gc")
+        for kind, ns in calibrate(kinds).items():
+            history = self._calibrations[kind] = [*self._calibrations.get(kind, [])[-(KEEP - 1) :], ns]
+            self.prices[kind] = sorted(history)[len(history) // 2]
+        self._next_calibration = time.monotonic() + CALIBRATE_S
 
     def _start(self, t: int, cpu: int | None = None, collections: int | None = None) -> None:
         self._t0 = t
