@@ -28,7 +28,9 @@ def test_advice_already_in_place_is_dropped_and_the_reason_kept():
     timm = too_few(TIMM_LOADER)  # a timm-style loader: persistent workers, prefetch_factor=2 already
     assert not any("persistent_workers" in a or "prefetch_factor" in a for a in timm.advice), timm.advice
     persistent, prefetch = timm.evidence["advice_dropped"]
-    assert "persistent_workers=True" in persistent["text"] and persistent["why"] == "already set: persistent_workers=True"
+    assert (
+        "persistent_workers=True" in persistent["text"] and persistent["why"] == "already set: persistent_workers=True"
+    )
     assert "prefetch_factor≥2" in prefetch["text"] and prefetch["why"] == "already set: prefetch_factor=2"
     assert timm.advice == [item.text for item in timm.advice_items]
     assert timm.advice_items[0].settings["num_workers"] > 2  # raising num_workers is still advised
