@@ -98,7 +98,7 @@ def live_banner(rec: str) -> list[tuple[float, str]]:
 def advised_in_place(report: dict) -> list[str]:
     """Advice items (of the verdict and every finding) that set a DataLoader setting to the value the run's
     loader already has."""
-    have = report["runs"][0]["dataloader"]
+    have = report["runs"][0]["dataloader"] or {}  # None: no DataLoader (trainmon.demo.gpt)
     out = []
     for finding in [report["verdict"], *report["findings"]]:
         for item in finding["advice_items"]:
