@@ -12,12 +12,26 @@ NS = 1e-9
 MB = 1024 * 1024
 
 
+MAX_READS = 20_000  # per field in a live store: when full, every two reads are merged into one
+
+
+def _halve(times: array[float], values: array[float]) -> None:
+    """Merges the reads two by two (the later time, the higher value): a creep over hours stays in view at a coarser
+    step, in bounded memory."""
+    even = len(times) & ~1
+    merged_t = times[1:even:2]
+    merged_v = array("d", map(max, values[0:even:2], values[1:even:2]))
+    times[:even] = merged_t
+    values[:even] = merged_v
+
+
 class CudaMemory:
-    """One column of (time, bytes) per field of ``MEMORY_FIELDS``, bounded by ``cap`` (trimmed a quarter at a
-    time); ``device`` and ``total`` (bytes; 0: not known) from the agent's ``cuda_memory`` message."""
+    """One column of (time, bytes) per field of ``MEMORY_FIELDS``, bounded by ``cap`` (at most ``MAX_READS``: merged
+    pairwise when full); ``device`` and ``total`` (bytes; 0: not known) from the agent's
+    ``cuda_memory`` message."""
 
     def __init__(self, cap: int | None) -> None:
-        self.cap = cap
+        self.cap = min(cap, MAX_READS) if cap is not None else None
         self.t: dict[str, array[float]] = {f: array("d") for f in MEMORY_FIELDS}
         self.v: dict[str, array[float]] = {f: array("d") for f in MEMORY_FIELDS}
         self.device: int | None = None
@@ -42,9 +56,7 @@ class CudaMemory:
             if name == MEMORY_FIELDS[0]:
                 self.reads += 1
             if self.cap is not None and len(times) > self.cap:
-                drop = len(times) - self.cap + self.cap // 4
-                del times[:drop]
-                del values[:drop]
+                _halve(times, values)
 
     def set_device(self, index: int, total: int) -> None:
         if index != self.device:
