@@ -8,6 +8,7 @@ recompilation: a guard failed (torch names it: a tensor's size, a Python value, 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
@@ -34,22 +35,41 @@ def recompile_stall(ctx: RuleContext) -> Finding | None:
         return None
     fn = _culprit(compiles, spans, fallen)
     severity = "critical" if share >= th.compile_critical_share else "warning"
+    whole = compiles.between(-math.inf, t1, recompiles=True)  # the run's up to t1 (a report's phase sees a part)
+    summary = _summary(fn, spans, share, t1 - t0, whole, fallen)
+    evidence = _evidence(ctx, seconds, share, spans, fn, fallen)
+    evidence["recompilations_in_run"] = len({(f, a) for _, _, f, a in whole})
+    evidence["recompile_s_in_run"] = round(sum(e - s for s, e, _, _ in whole), 3)
+    return Finding("stall.recompile", severity, summary, _advice(fn, _guard(fn)), evidence)
+
+
+def _guard(fn: Function | None) -> str | None:
+    return fn.top_guard if fn is not None else None
+
+
+def _summary(
+    fn: Function | None,
+    spans: list[tuple[float, float, int, int]],
+    share: float,
+    span_s: float,
+    whole: list[tuple[float, float, int, int]],
+    fallen: list[Function],
+) -> str:
     what = fn.where if fn is not None else "a compiled function"
-    guard = fn.top_guard if fn is not None else None
-    recompiles = len({(f, a) for _, _, f, a in spans})
     parts = []
-    if seconds > 0:
-        parts.append(f"recompiling {what} took {share:.0%} of the last {t1 - t0:.0f} s ({recompiles} recompilations)")
+    if spans:
+        recompiles = len({(f, a) for _, _, f, a in spans})
+        text = f"recompiling {what} took {share:.0%} of the last {span_s:.0f} s ({recompiles} recompilations"
+        if len(whole) > len(spans):
+            text += f"; {len({(f, a) for _, _, f, a in whole})} in the run, {sum(e - s for s, e, _, _ in whole):.1f} s"
+        parts.append(text + ")")
     if fallen:
         hit = fallen[0]
-        limit = (
-            f"{hit.limit_type} = {hit.limit_value}" if hit.limit_type and hit.limit_value is not None else "its limit"
-        )
+        known = hit.limit_type and hit.limit_value is not None
+        limit = f"{hit.limit_type} = {hit.limit_value}" if known else "its recompile limit"
         parts.append(f"{hit.where} hit {limit} and runs eagerly since")
-    summary = "; ".join(parts) + (f"; failed guard: {guard}" if guard else "")
-    return Finding(
-        "stall.recompile", severity, summary, _advice(fn, guard), _evidence(ctx, seconds, share, spans, fn, fallen)
-    )
+    guard = _guard(fn)
+    return "; ".join(parts) + (f"; failed guard: {guard}" if guard else "")
 
 
 def _culprit(compiles: Compiles, spans: list[tuple[float, float, int, int]], fallen: list[Function]) -> Function | None:
