@@ -53,13 +53,16 @@ def periodic_stall(ctx: RuleContext) -> Finding | None:
     if len(longest) < 2 or math.fsum(longest) < th.periodic_share * w.step_time_s:
         return None
     # Long steps spent mostly waiting on data are an input problem; those overlapping a save are a
-    # checkpoint problem: neither is a periodic stall. A collection the DataLoader's own allocations set off
-    # pauses the loop inside __next__: its time is not data.
-    gc = w.run.gc
+    # checkpoint problem, and those holding a torch.compile compilation a recompilation problem (stall.recompile):
+    # none is a periodic stall. A collection the DataLoader's own allocations set off pauses the loop inside
+    # __next__: its time is not data.
+    gc, compiles = w.run.gc, w.run.compiles
     long_steps = [
         (s, e)
         for s, e, wait in w.long_steps(limit)
-        if wait - (gc.overlap_all(s, e) if gc.total else 0.0) < 0.5 * (e - s) and not w.overlaps_checkpoint(s, e)
+        if wait - (gc.overlap_all(s, e) if gc.total else 0.0) < 0.5 * (e - s)
+        and not w.overlaps_checkpoint(s, e)
+        and not (compiles.total and compiles.between(s, e))
     ]
     if len(long_steps) < 2:
         return None
