@@ -20,7 +20,9 @@ def test_calibration_prices_every_hook_and_writes_nothing_the_monitor_gets():
     prices = _cost.calibrate()
     assert set(prices) == set(_cost.PRICED)
     assert all(math.isfinite(v) and v >= 0 for v in prices.values()), prices
-    assert prices["wait"] > 0 and prices["opt"] > 0, prices  # two clock reads and an append are not free
+    # Two clock reads and an append are not free; one price may still round to 0 on a loaded host (each is a
+    # difference of two timings, clamped at 0), all of them cannot.
+    assert sum(prices.values()) > 0, prices
     assert _hot.pending_records() == 0  # the copies wrote to a buffer of their own
 
 

@@ -36,6 +36,7 @@ MAX_FRAMES = 4096  # functions whose names are kept (a limit record names none: 
 MAX_REASONS = 16
 _ID = re.compile(r"^(?:!\d+/?)?(\d+)/(\d+)")
 _LIMIT_TYPE = re.compile(r"Limit type: (\w+)")
+_LIMIT_VALUE = re.compile(r"currently set to (\d+)")
 _pc = time.perf_counter_ns
 
 
@@ -203,7 +204,7 @@ class CompileWatch:
             "fail": fail_type,
             "limit": limit,
             "limit_type": limit_type,
-            "limit_value": _limit_value(limit_type) if limit_type else None,
+            "limit_value": _limit_value(limit_type, fail_reason) if limit_type else None,
             "forward": getattr(m, "is_forward", True) is not False,
         }
 
@@ -229,7 +230,12 @@ def _limit_type(fail_reason: object) -> str:
     return found[1] if found else "recompile_limit"
 
 
-def _limit_value(limit_type: str) -> int | None:
+def _limit_value(limit_type: str, fail_reason: object = None) -> int | None:
+    """The limit as torch stated it when it refused the compilation ("currently set to N"), else the config now (which
+    may read its default once the interpreter is shutting down, when the last records are read)."""
+    found = _LIMIT_VALUE.search(str(fail_reason or ""))
+    if found:
+        return int(found[1])
     config = sys.modules.get(f"{MODULE}.config")
     try:
         value = getattr(config, limit_type)
