@@ -30,17 +30,23 @@ def _lines(proc: subprocess.Popen, n: int, timeout: float) -> Iterator[str]:
         yield line
 
 
-def test_thirty_ticks_of_a_live_training_each_valid_against_the_schema(addr):
+def _json_monitor(addr: str, interval: str) -> subprocess.Popen:
+    """`trainmon --json` listening on ``addr``, started and listening when this returns."""
     monitor = subprocess.Popen(
-        trainmon_cmd("--json", "--listen", addr, "--interval", "0.25"),
+        trainmon_cmd("--json", "--listen", addr, "--interval", interval),
         env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert wait_for(lambda: os.path.exists(addr) or monitor.poll() is not None, 20)
+    return monitor
+
+
+def test_thirty_ticks_of_a_live_training_each_valid_against_the_schema(addr):
+    monitor = _json_monitor(addr, "0.25")
     training = None
     try:
-        assert wait_for(lambda: os.path.exists(addr) or monitor.poll() is not None, 20)
         training = start_python(*TRAIN, env={"TRAINMON_ADDR": addr})
         validator = jsonschema.Draft202012Validator(schema())
         ticks = []
@@ -117,16 +123,9 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_the_monitors_own_cost_agrees_with_proc_read_from_outside(addr):
-    monitor = subprocess.Popen(
-        trainmon_cmd("--json", "--listen", addr, "--interval", "0.5"),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    monitor = _json_monitor(addr, "0.5")
     training = None
     try:
-        assert wait_for(lambda: os.path.exists(addr) or monitor.poll() is not None, 20)
         training = start_python(*TRAIN, env={"TRAINMON_ADDR": addr})
         shown, outside = [], []
         for line in _lines(monitor, 60, 60):
