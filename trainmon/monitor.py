@@ -217,7 +217,8 @@ class Monitor:
             return False, "this monitor does not listen for agents: nothing to attach to"
         from trainmon.attach import attach_process
 
-        result = attach_process(pid, self.address, timeout=timeout)
+        token = self.agents.token if self.agents is not None else None
+        result = attach_process(pid, self.address, timeout=timeout, token=token)
         return result.status in ("attached", "already"), result.message
 
     @staticmethod

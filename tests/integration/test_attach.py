@@ -325,6 +325,31 @@ def test_the_function_reports_already_too(monitor: Monitor, addr: str, training:
     _assert_untouched(training.pid)
 
 
+def test_the_monitors_token_reaches_the_injected_agent() -> None:
+    """A monitor that asks agents for a token (``--token``): ``trainmon --token T attach PID`` hands T to the agent
+    it injects, into a process whose environment has no TRAINMON_TOKEN."""
+    token = "s3cret-" + os.urandom(4).hex()
+    m = Monitor("127.0.0.1:0", interval=0.2, token=token)
+    m.start()
+    lines = _start(LOOP)
+    try:
+        assert m.agents is not None
+        address = m.agents.address  # the port the monitor was given
+        res = subprocess.run(
+            [PY, "-m", "trainmon", "--token", token, "attach", str(lines.proc.pid), "--listen", address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(_env(), PYTHONPATH=str(ROOT)),
+        )
+        assert res.returncode == EXIT_OK, res.stderr
+        assert wait_for(lambda: _agent_runs(m, lines.proc.pid), 20), "the agent was refused: no token reached it"
+        _assert_untouched(lines.proc.pid)
+    finally:
+        _kill(lines)
+        m.stop()
+
+
 # ---------------------------------------------------------------- interpreter layouts and versions
 
 

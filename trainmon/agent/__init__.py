@@ -63,10 +63,10 @@ _LIVE_ATTACH = False
 
 
 class _Agent:
-    def __init__(self, address: str, name: str | None) -> None:
+    def __init__(self, address: str, name: str | None, token: str | None = None) -> None:
         self.session = secrets.token_hex(8)
         self.sender = Sender(
-            address, _hello(name, self.session), os.environ.get("TRAINMON_TOKEN"), hello_extra=_hello_extra
+            address, _hello(name, self.session), token or os.environ.get("TRAINMON_TOKEN"), hello_extra=_hello_extra
         )
         self.registry = Registry(self.sender.add_control)
         self.hooks = TorchHooks(self.registry)
@@ -284,11 +284,12 @@ def _device_kind() -> str | None:
     return None
 
 
-def attach(address: str | None = None, *, name: str | None = None) -> bool:
+def attach(address: str | None = None, *, name: str | None = None, token: str | None = None) -> bool:
     """Start reporting this process to a trainmon monitor. Returns True when the agent runs.
 
     ``address`` is a Unix socket path or ``HOST:PORT``; default ``$TRAINMON_ADDR`` or the
-    per-user socket. ``TRAINMON_DISABLE=1`` makes this a no-op.
+    per-user socket. ``token``: the monitor's shared token (default ``$TRAINMON_TOKEN``), needed on a
+    non-loopback TCP address. ``TRAINMON_DISABLE=1`` makes this a no-op.
     """
     global _agent
     try:
@@ -299,7 +300,7 @@ def attach(address: str | None = None, *, name: str | None = None) -> bool:
         with _lock:
             if _agent is not None:
                 return True
-            agent = _Agent(protocol.resolve_address(address), name)
+            agent = _Agent(protocol.resolve_address(address), name, token)
             agent.start()
             _agent = agent
         return True

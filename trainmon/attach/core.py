@@ -42,20 +42,21 @@ _RESULT_POLL_S = 0.02
 _X86_64 = ("x86_64", "amd64")
 
 
-def attach_process(pid: int, address: str, *, timeout: float = 15.0) -> AttachResult:
-    """Start the trainmon agent in the running Python process ``pid``, reporting to ``address``.
+def attach_process(pid: int, address: str, *, timeout: float = 15.0, token: str | None = None) -> AttachResult:
+    """Start the trainmon agent in the running Python process ``pid``, reporting to ``address`` (with the monitor's
+    shared ``token``, default ``$TRAINMON_TOKEN`` of this process, when it asks for one).
 
     Never raises: every outcome is an ``AttachResult`` (see ``trainmon.attach.result`` for the exit statuses).
     """
     try:
-        return _attach(int(pid), str(address), max(0.5, float(timeout)))
+        return _attach(int(pid), str(address), max(0.5, float(timeout)), token or os.environ.get("TRAINMON_TOKEN"))
     except KeyboardInterrupt:
         return failure(pid, EXIT_FAILED, "interrupted")
     except Exception as exc:  # a bug here must not become a traceback in the user's terminal
         return failure(pid, EXIT_FAILED, f"unexpected error while attaching: {type(exc).__name__}: {exc}")
 
 
-def _attach(pid: int, address: str, timeout: float) -> AttachResult:
+def _attach(pid: int, address: str, timeout: float, token: str | None) -> AttachResult:
     start = time.monotonic()
     deadline = start + timeout
     if not address:
@@ -86,7 +87,7 @@ def _attach(pid: int, address: str, timeout: float) -> AttachResult:
         if remote.usable(version, runtime.exact_version):
             script = os.path.join(result_dir, remote.SCRIPT_FILE)
             with open(script, "w", encoding="utf-8") as fh:
-                fh.write(payload.source(address, result_dir, script=script))
+                fh.write(payload.source(address, result_dir, script=script, token=token))
             kind, why = remote.inject(pid, script)
             if kind == "queued":
                 res = _wait(pid, address, result_dir, deadline, None)
@@ -102,7 +103,7 @@ def _attach(pid: int, address: str, timeout: float) -> AttachResult:
                 return failure(pid, EXIT_EXITED, f"process {pid} exited during the attach")
             # Remote debugging disabled in the target, or a version mismatch: gdb may still do it.
             remote_refusal = f" (sys.remote_exec refused: {why})"
-        res = _with_gdb(pid, address, runtime, result_dir, start, deadline)
+        res = _with_gdb(pid, address, runtime, result_dir, start, deadline, token)
         if res.exit_code == EXIT_NO_INJECTOR and remote_refusal:
             res.message = one_line(res.message + remote_refusal)
         return res
@@ -126,7 +127,9 @@ def _symbol_failure(pid: int, exc: SymbolError) -> AttachResult:
     )
 
 
-def _with_gdb(pid: int, address: str, runtime: Runtime, result_dir: str, start: float, deadline: float) -> AttachResult:
+def _with_gdb(
+    pid: int, address: str, runtime: Runtime, result_dir: str, start: float, deadline: float, token: str | None
+) -> AttachResult:
     binary = gdb.find_gdb()
     if binary is None:
         return failure(pid, EXIT_NO_INJECTOR, gdb.NOT_FOUND)
@@ -146,7 +149,7 @@ def _with_gdb(pid: int, address: str, runtime: Runtime, result_dir: str, start: 
         )
     if runtime.entry is None or not runtime.safe_points:
         return failure(pid, EXIT_NOT_PYTHON, f"process {pid}: its executable's entry point could not be found")
-    code = payload.source(address, result_dir).encode("utf-8") + b"\0"
+    code = payload.source(address, result_dir, token=token).encode("utf-8") + b"\0"
     code_file = os.path.join(result_dir, "code.bin")
     with open(code_file, "wb") as fh:
         fh.write(code)

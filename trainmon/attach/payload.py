@@ -12,7 +12,7 @@ through ``PyRun_SimpleString`` (queued by ``Py_AddPendingCall``) in ``__main__``
   process's ``sys.path`` is never changed, so nothing of the process's own can be shadowed), unless the process
   already imported a ``trainmon`` (then its own is used; a package that is not a directory falls back to putting
   the monitor's on ``sys.path`` for that one import, then restoring it), sets ``_LIVE_ATTACH`` and calls
-  ``attach()``;
+  ``attach()`` with the monitor's token when it has one;
 - writes a JSON result into the attaching process's private 0700 directory, atomically (write, then rename).
 
 The code stays valid Python 3.6 so that an old interpreter reports its version instead of failing to compile it.
@@ -97,7 +97,11 @@ def _attach():
             finally:
                 sys.path[:] = saved
     agent._LIVE_ATTACH = True
-    if not agent.attach(P["address"]):
+    try:
+        ok = agent.attach(P["address"], token=P["token"]) if P.get("token") else agent.attach(P["address"])
+    except TypeError:  # the process's own, older trainmon: its agent reads TRAINMON_TOKEN only
+        ok = agent.attach(P["address"])
+    if not ok:
         why = "TRAINMON_DISABLE is set there" if os.environ.get("TRAINMON_DISABLE") else "attach() returned False"
         return "failed", why
     return "attached", getattr(agent, "__file__", "")
@@ -127,10 +131,14 @@ def package_parent() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(trainmon.__file__)))
 
 
-def source(address: str, result_dir: str, script: str | None = None) -> str:
-    """The code to run in the target: one statement, all errors swallowed, no name bound where it runs."""
+def source(address: str, result_dir: str, script: str | None = None, token: str | None = None) -> str:
+    """The code to run in the target: one statement, all errors swallowed, no name bound where it runs.
+
+    ``token``, the monitor's shared token, is handed to ``attach()`` (never put in the process's environment, which
+    its children would inherit)."""
     params = {
         "address": address,
+        "token": token,
         "dir": result_dir,
         "parent": package_parent(),
         "min_python": list(MIN_PYTHON),

@@ -50,7 +50,7 @@ class Attach(Command):
 
         pid = _pid(args.target_pid)
         address = protocol.resolve_address(listen_address(args))
-        result = attach_process(pid, address, timeout=args.timeout)
+        result = attach_process(pid, address, timeout=args.timeout, token=getattr(args, "token", None))
         if result.ok:
             print(f"trainmon: {result.message}", flush=True)
         else:
