@@ -1,5 +1,7 @@
 """Batch sources that are not DataLoaders, end to end: nanoGPT-style trainings (trainmon.demo.gpt) under a real
-``trainmon record --json``, held against what each training measures of its own batch time.
+``trainmon record --json``, held against what each training measures of its own batch time. The gpt-get-batch,
+gpt-pretokenized and gpt-loader scenarios are held so in tests/integration/test_scenarios.py; here, a torchdata
+loader and a loop whose wait nothing measures.
 
 The live verdict is the tick stream's headline (what the screen's banner shows); the report is ``trainmon report``
 of the recording."""
@@ -49,50 +51,6 @@ def _scenario(name: str, addr: str, tmp_path: Path, *extra: str) -> tuple[dict, 
     cmd = command(SCENARIOS[name], ["--self-report", str(own), *extra])
     report, ticks, stdout = _record(addr, tmp_path, cmd, name)
     return report, json.loads(own.read_text()), ticks, stdout
-
-
-def _live_codes(ticks: list[dict]) -> list[str]:
-    return [t["verdict"]["code"] for t in ticks if t["verdict"] and t["verdict"]["code"] != "insufficient_data"]
-
-
-def test_a_slow_get_batch_is_input_bound_live_and_in_the_report(addr, tmp_path):
-    report, own, ticks, stdout = _scenario("gpt-get-batch", addr, tmp_path)
-    assert "batches took" in stdout and own["batch_fraction"] > 0.25, own
-    verdict = report["verdict"]
-    detail = f"{verdict['code']}: {verdict['summary']} | self {own}"
-    assert verdict["code"] == "input.main_process", detail
-    ev = verdict["evidence"]
-    assert ev["measured_as"] == "outside_model" and ev["batch_function"].endswith("get_batch"), detail
-    assert ev["outside_by_kind"]["data"] >= 0.5 and ev["num_workers"] is None, detail
-    assert "get_batch() off the main thread" in verdict["advice"][0], verdict["advice"]
-    (run,) = report["runs"]
-    assert run["data_wait_measured_as"] == "outside_model"
-    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
-    live = _live_codes(ticks)
-    assert live and live[-1] == "input.main_process", live[-10:]
-    waits = [r["data_wait_fraction"] for t in ticks[-5:] for r in t["runs"]]
-    assert all(w is not None and abs(w - own["batch_fraction"]) <= 0.15 for w in waits), (waits, own)
-
-
-def test_a_cheap_get_batch_stays_compute_bound_with_a_small_wait(addr, tmp_path):
-    report, own, ticks, _ = _scenario("gpt-pretokenized", addr, tmp_path)
-    verdict = report["verdict"]
-    assert verdict["code"] == "ok.compute_bound", f"{verdict['code']}: {verdict['summary']} | self {own}"
-    (run,) = report["runs"]
-    wait = run["data_wait_fraction"]
-    assert wait is not None and 0 < wait < 0.05 and run["data_wait_measured_as"] == "outside_model", run
-    assert abs(wait - own["batch_fraction"]) <= TOLERANCE, (wait, own)
-    assert _live_codes(ticks)[-1] == "ok.compute_bound"
-
-
-def test_a_generator_wrapped_in_trainmon_loader_is_timed_as_a_loader(addr, tmp_path):
-    report, own, _, _ = _scenario("gpt-loader", addr, tmp_path)
-    verdict = report["verdict"]
-    assert verdict["code"] == "input.main_process", f"{verdict['code']}: {verdict['summary']} | self {own}"
-    assert verdict["evidence"]["measured_as"] == "iterable" and "bpe-stream" in verdict["summary"]
-    (run,) = report["runs"]
-    assert run["data_wait_measured_as"] == "iterable" and run["dataloader"]["batch_size"] == 8, run
-    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
 
 
 def test_a_torchdata_loader_is_timed_as_a_loader(addr, tmp_path):

@@ -187,8 +187,10 @@ def test_bad_arguments_get_one_line_and_status_2(tmp_path):
 
 @pytest.mark.parametrize(
     "scenario_args",
-    [("--workers", "0", "--cpu-ms", "1.5"), ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent")],
-    ids=["main-process", "healthy"],
+    # Main-process loading: a wait worth estimating. A healthy run (both near 0) is held against the training's own
+    # meter in test_sampling_accuracy.py.
+    [("--workers", "0", "--cpu-ms", "1.5")],
+    ids=["main-process"],
 )
 def test_agentless_pyspy_estimate_agrees_with_the_agent(addr, tmp_path, scenario_args):
     rec = str(tmp_path / "p.tmrec")

@@ -25,6 +25,7 @@ class Scenario:
 
 
 SECONDS = ("--seconds", "20", "--steps", "1000000")
+STEADY = ("--seconds", "15", "--steps", "1000000")  # one cause all along: nothing to count, no warm-up to outweigh
 EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
 GPT = ("--seconds", "15", "--log-interval", "20")  # trainmon.demo.gpt: nanoGPT's loop, no DataLoader
 # trainmon.demo.compiled, with torch.compile's aot_eager backend: it traces and compiles the forward and backward graphs
@@ -58,31 +59,31 @@ SCENARIOS: dict[str, Scenario] = {
             "main-process",
             "input.main_process",
             "num_workers=0 and 1.5 ms of decoding per sample: the loop loads every batch itself",
-            ("--workers", "0", "--cpu-ms", "1.5", *SECONDS),
+            ("--workers", "0", "--cpu-ms", "1.5", *STEADY),
         ),
         Scenario(
             "few-workers",
             "input.too_few_workers",
             "one worker decodes 1 ms per sample, busy all the time, while a core sits idle",
-            ("--workers", "1", "--cpu-ms", "1.0", "--persistent", *SECONDS),
+            ("--workers", "1", "--cpu-ms", "1.0", "--persistent", *STEADY),
         ),
         Scenario(
             "cpu-saturated",
             "input.workers_cpu",
             "four workers with heavy augmentation (3 ms per sample) on a host whose cores are all busy",
-            ("--workers", "4", "--cpu-ms", "3.0", "--width", "768", "--persistent", *SECONDS),
+            ("--workers", "4", "--cpu-ms", "3.0", "--width", "768", "--persistent", *STEADY),
         ),
         Scenario(
             "slow-storage",
             "input.io",
             "every sample costs 48 uncached 4 KiB random reads (O_DIRECT) from a real file",
-            ("--workers", "2", "--io-reads", "48", "--io-mb", "256", "--persistent", *SECONDS),
+            ("--workers", "2", "--io-reads", "48", "--io-mb", "256", "--persistent", *STEADY),
         ),
         Scenario(
             "remote-storage",
             "input.io",
             "every sample is an HTTP GET (urllib.request) from a slow loopback object store: 3 ms, 256 KiB",
-            ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *SECONDS),
+            ("--workers", "2", "--remote-latency-ms", "3", "--remote-kb", "256", "--persistent", *STEADY),
         ),
         Scenario(
             "rate-limited",
@@ -100,7 +101,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "16",
                 "--manifest",
                 "--persistent",
-                *SECONDS,
+                *STEADY,
             ),
         ),
         Scenario(
@@ -161,7 +162,8 @@ SCENARIOS: dict[str, Scenario] = {
             "hang",
             "stall.hang",
             "after 8 s a log rotation thread and the loop take two locks in opposite orders: a deadlock, with "
-            "the process and its workers alive, until faulthandler's 40 s watchdog ends it (about a minute)",
+            "the process and its workers alive, until faulthandler's 24 s watchdog ends it (judged with "
+            "hang_min_s = 12)",
             (
                 "--workers",
                 "2",
@@ -173,13 +175,14 @@ SCENARIOS: dict[str, Scenario] = {
                 "--hang-after",
                 "8",
                 "--watchdog-s",
-                "40",
+                "24",
                 "--seconds",
                 "120",
                 "--steps",
                 "1000000",
             ),
             status=1,
+            thresholds=(("hang_min_s", 12.0),),
         ),
         Scenario(
             "freeze",
@@ -210,7 +213,7 @@ SCENARIOS: dict[str, Scenario] = {
             "straggler",
             "dist.straggler",
             "two ranks (gloo DDP); rank 1's data loads 1 ms slower per sample, rank 0 waits in all-reduce",
-            ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *SECONDS),
+            ("--workers", "0", "--slow-rank", "1", "--slow-sleep-ms", "1", *STEADY),
             ranks=2,
         ),
         Scenario(
@@ -218,14 +221,14 @@ SCENARIOS: dict[str, Scenario] = {
             "dist.straggler",
             "two ranks (gloo DDP); rank 1's forward does 20 more matmuls, as a slower or throttled device would: "
             "step times stay equal, rank 0 waits in the all-reduce",
-            ("--workers", "0", "--extra-matmuls", "20", "--extra-rank", "1", *SECONDS),
+            ("--workers", "0", "--extra-matmuls", "20", "--extra-rank", "1", *STEADY),
             ranks=2,
         ),
         Scenario(
             "comm-bound",
             "dist.comm",
             "two ranks (gloo DDP) all-reduce the gradients of 4.7 M parameters after 4 samples of compute each",
-            ("--workers", "0", "--width", "2048", "--batch-size", "4", *SECONDS),
+            ("--workers", "0", "--width", "2048", "--batch-size", "4", *STEADY),
             ranks=2,
         ),
         Scenario(
@@ -259,7 +262,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "late-input",
             "input.main_process",
-            "num_workers=0 and cheap samples for 28 s, then each sample needs 1.5 ms of decoding (a heavier "
+            "num_workers=0 and cheap samples for 18 s, then each sample needs 1.5 ms of decoding (a heavier "
             "augmentation schedule, the same DataLoader) for the last 12 s: input-bound for less than the live window",
             (
                 "--workers",
@@ -267,12 +270,12 @@ SCENARIOS: dict[str, Scenario] = {
                 "--width",
                 "4096",
                 "--switch-at",
-                "0.7",
+                "0.6",
                 "--switch-in-place",
                 "--switch-cpu-ms",
                 "1.5",
                 "--seconds",
-                "40",
+                "30",
                 "--steps",
                 "1000000",
             ),
@@ -281,7 +284,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "late-fed",
             "input.main_process",
-            "num_workers=0 and 1.5 ms of decoding per sample for 28 s, then cheap samples (a cache now holds them, the "
+            "num_workers=0 and 1.5 ms of decoding per sample for 18 s, then cheap samples (a cache now holds them, the "
             "same DataLoader) for the last 12 s: compute-bound for less than the live window, at the end",
             (
                 "--workers",
@@ -291,12 +294,12 @@ SCENARIOS: dict[str, Scenario] = {
                 "--width",
                 "4096",
                 "--switch-at",
-                "0.7",
+                "0.6",
                 "--switch-in-place",
                 "--switch-cpu-ms",
                 "0",
                 "--seconds",
-                "40",
+                "30",
                 "--steps",
                 "1000000",
             ),
