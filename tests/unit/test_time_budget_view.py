@@ -59,3 +59,28 @@ def test_the_line_fits_its_column(width):
     run.budget = []
     assert budget_line(run, width) == []  # no step yet: the pane keeps its other line
     assert not math.isnan(frame.axis.t1)
+
+
+def test_a_dear_budget_is_taken_less_often(monkeypatch):
+    """All runs' budgets together take at most CPU_SHARE of a core: a walk that takes 60 ms waits 20 s, not 5."""
+    from trainmon.view import budget as view_budget
+
+    store = uniform_store(wait_ms=5.0, step_ms=50.0, steps=200)
+    run = store.runs[1]
+    walks: list[float] = []
+    real = view_budget.time_budget
+
+    def dear(run, instant, th):
+        walks.append(instant)
+        t = view_budget.time.perf_counter() + 0.06
+        while view_budget.time.perf_counter() < t:
+            pass
+        return real(run, instant, th)
+
+    monkeypatch.setattr(view_budget, "time_budget", dear)
+    monkeypatch.setattr(view_budget, "_CACHE", view_budget.weakref.WeakKeyDictionary())
+    first = budget_shares(run, run.last_seen, Thresholds())
+    assert budget_shares(run, run.last_seen + 10.0, Thresholds()) is first  # 0.06 s / 0.003 = 20 s
+    assert len(walks) == 1
+    budget_shares(run, run.last_seen + 25.0, Thresholds())
+    assert len(walks) == 2
