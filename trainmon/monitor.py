@@ -166,7 +166,7 @@ class Monitor:
         one that could not be mapped with none (its pids would name other processes here)."""
         pids = dict(self.extra_pids)
         if self.unattached is not None:
-            pids.update(self.unattached.roles())
+            pids.update((pid, role) for pid, (role, _) in self.unattached.roles().items())
         with self.store.lock:
             for run in self.store.runs.values():
                 if not run.connected and run.ended:
@@ -206,8 +206,8 @@ class Monitor:
             self.sources.append(_PySpySource(PySpySampler(pid)))
         return None
 
-    def found_roles(self) -> dict[int, str]:
-        """pid → role of the trainings found running on the host (mains, ranks, workers), agent or not."""
+    def found_roles(self) -> dict[int, tuple[str, str]]:
+        """pid → (role, name) of the trainings found running on the host (mains, ranks, workers), agent or not."""
         return self.unattached.roles() if self.unattached is not None else {}
 
     def attach(self, pid: int, timeout: float = 15.0) -> tuple[bool, str]:

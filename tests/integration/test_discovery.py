@@ -86,6 +86,11 @@ def test_a_training_started_without_trainmon_is_listed_at_once_then_sampled_and_
         listed_after = time.monotonic() - t_ready
         assert roles, f"pid {proc.pid} not found: {m.tracked_pids()}"
         assert listed_after < 2.0, listed_after
+        # Named in the process table from the moment it is found, before it is sampled (no run yet).
+        found_rows = {r.pid: r for r in extract.proc_rows(m.store, m.found_roles(), time.monotonic(), 3.0)}
+        if not any(r.pid == proc.pid for r in m.store.runs.values()) and proc.pid in found_rows:
+            assert "examples_imagenet.py" in found_rows[proc.pid].name, found_rows[proc.pid]
+        assert m.found_roles()[proc.pid] == ("main", "examples_imagenet.py")
         # Its DataLoader worker is found as its worker, and the process table names both.
         workers = wait_for(
             lambda: [p for p, r in m.tracked_pids().items() if r == "worker" and _ppid(p) == proc.pid], 10.0

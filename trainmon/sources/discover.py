@@ -130,12 +130,13 @@ class Discovery:
         self.scan_s = time.perf_counter() - t0
         return found
 
-    def roles(self, trainings: dict[int, Training]) -> dict[int, str]:
-        out: dict[int, str] = {}
+    def roles(self, trainings: dict[int, Training]) -> dict[int, tuple[str, str]]:
+        """pid → (role, name): the process table names a training from the moment it is found, before any run."""
+        out: dict[int, tuple[str, str]] = {}
         for tr in trainings.values():
-            out[tr.pid] = tr.role
-            for w in tr.workers:
-                out[w] = "worker"
+            out[tr.pid] = (tr.role, tr.name)
+            for k, w in enumerate(tr.workers):
+                out[w] = ("worker", f"worker {k} · {tr.name}")
         return out
 
     # ---------------------------------------------------------------- internals

@@ -91,8 +91,8 @@ class UnattachedRuns(Source):
         self._next = SAMPLED_RUN_BASE
         self._host = socket.gethostname()
 
-    def roles(self) -> dict[int, str]:
-        """pid → role of every discovered training process (mains, ranks, workers)."""
+    def roles(self) -> dict[int, tuple[str, str]]:
+        """pid → (role, name) of every discovered training process (mains, ranks, workers)."""
         return self.discovery.roles(self.trainings)
 
     def sampled_pids(self) -> set[int]:

@@ -3,7 +3,7 @@ GPUs, CPU, disks and the process table. Call under the store's lock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from trainmon.diagnose.energy import live_energy
 from trainmon.diagnose.evidence import run_gpus
@@ -199,12 +199,12 @@ def disk_views(store: Store, edges: Sequence[float], t: float, hold: float) -> l
     return sorted(out, key=lambda d: (-d.activity, d.name))
 
 
-def _roles(store: Store, extra: dict[int, str], t: float) -> dict[int, tuple[str, str]]:
+def _roles(store: Store, extra: Mapping[int, str | tuple[str, str]], t: float) -> dict[int, tuple[str, str]]:
     """pid → (role, name) of the training process tree as it was at ``t`` (pids of the monitor's namespace:
-    a run in a pid namespace the monitor could not map names none)."""
+    a run in a pid namespace the monitor could not map names none); ``extra``: pid → role, or (role, name)."""
     out: dict[int, tuple[str, str]] = {}
     for pid, role in extra.items():
-        out[pid] = (role, "")
+        out[pid] = role if isinstance(role, tuple) else (role, "")
     for run in store.runs.values():
         if run.first_seen > t or run.proc_pid is None:
             continue
@@ -255,7 +255,7 @@ def _nvml_gpu_figures(store: Store, rows: list[ProcRow], t: float, fresh_s: floa
             row.name = f"{row.name} · GPU mem {fig.source}" if row.name else f"GPU mem {fig.source}"
 
 
-def proc_rows(store: Store, extra: dict[int, str], t: float, fresh_s: float) -> list[ProcRow]:
+def proc_rows(store: Store, extra: Mapping[int, str | tuple[str, str]], t: float, fresh_s: float) -> list[ProcRow]:
     roles = _roles(store, extra, t)
     rows = []
     for pid in store.index().int_ids(PROC, "rss_mb"):

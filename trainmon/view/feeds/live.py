@@ -67,8 +67,8 @@ class MonitorLike(Protocol):
     def dump_stacks(self, pid: int) -> list[str]:
         """Readable Python stacks of ``pid`` now (or why there are none)."""
 
-    def found_roles(self) -> dict[int, str]:
-        """pid → role of the trainings found running on the host (mains, ranks, workers)."""
+    def found_roles(self) -> dict[int, tuple[str, str]]:
+        """pid → (role, name) of the trainings found running on the host (mains, ranks, workers)."""
 
     def attach(self, pid: int) -> tuple[bool, str]:
         """Inject the agent into the running process ``pid``: whether it reports now, and one line."""
@@ -135,9 +135,11 @@ class LiveFeed:
             return gpu.error
         return self.store.metadata.get("gpu_error")
 
-    def extra_roles(self) -> dict[int, str]:
+    def extra_roles(self) -> dict[int, str | tuple[str, str]]:
         # Trainings found running count too: they are listed before their run is made.
-        return {**self.monitor.found_roles(), **self.monitor.extra_pids}
+        roles: dict[int, str | tuple[str, str]] = dict(self.monitor.found_roles())
+        roles.update(self.monitor.extra_pids)
+        return roles
 
     def wall_offset(self) -> float | None:
         return self._offset

@@ -46,7 +46,7 @@ class Feed(Protocol):
 
     def gpu_error(self) -> str | None: ...
 
-    def extra_roles(self) -> dict[int, str]: ...
+    def extra_roles(self) -> dict[int, str | tuple[str, str]]: ...  # pid → role, or (role, name)
 
     def wall_offset(self) -> float | None:
         """wall clock minus monotonic clock, to print times of day; None when unknown."""

@@ -132,7 +132,7 @@ class ReplayFeed:
         error = self.store.metadata.get("gpu_error")
         return str(error) if error else None
 
-    def extra_roles(self) -> dict[int, str]:
+    def extra_roles(self) -> dict[int, str | tuple[str, str]]:
         return {}
 
     def wall_offset(self) -> float | None:
