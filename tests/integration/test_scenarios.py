@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 
-from testsupport.procs import child_env, report_json, stop, trainmon_cmd, wait_for
+from testsupport.procs import child_env, stop, trainmon_cmd, wait_for
 from trainmon.demo.scenarios import SCENARIOS, command
 from trainmon.diagnose import Thresholds, VerdictTracker, evaluate
 from trainmon.record import load_recording
+from trainmon.report import build_report, render
 
 
 def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
@@ -49,7 +50,12 @@ def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
             assert res.returncode == scenario.status, res.stderr[-3000:]
         finally:
             stop(recorder)
-    return report_json(rec)
+    # The report as `trainmon report --format json` makes it (tests/integration/test_record_report.py runs that
+    # command), built here: a subprocess per scenario cost the suite a minute.
+    store, warnings = load_recording(rec)
+    assert not warnings, warnings
+    report = build_report(store, Thresholds(**dict(scenario.thresholds)))
+    return json.loads(render(report, "json", store=store))
 
 
 GPT_MODULE = "trainmon.demo.gpt"  # nanoGPT's loop: it writes its own batch share (--self-report)
