@@ -11,9 +11,10 @@ retries in the background), and frozen with SIGSTOP (the socket fills, the sende
 The floor: a bare Python wrapper around ``_BaseDataLoaderIter.__next__`` (no agent), measured the same way.
 On a CUDA machine, also the CUDA loop (sync debug mode "error" proves the agent adds no synchronisation).
 
-A loop with no DataLoader (a batch made in the loop, a forward, a backward, an optimizer step and zero_grad) has its
-own row: there the agent times the model (agent/_outside.py), switched on and off between blocks the same way; the
-in-process stack sampler's cost is measured on its own (per sample, times its rate).
+A loop with no DataLoader (a batch made in the loop, a forward, a backward, an optimizer step and zero_grad) has two
+rows: there the agent times the model (agent/_outside.py). First with its wrappers on every step (what a measured
+step costs), switched on and off between blocks the same way; then as the agent runs it, in bursts within a budget
+(see ``no_loader_rows``).
 
     python benchmarks/agent_overhead.py [--pairs 1000] [--steps 200] [--json FILE]
 """
@@ -30,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -238,17 +240,70 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         agent.detach()
 
 
-def no_loader_row(address: str, pairs: int, steps: int) -> Row:
-    """The model timed in a loop with no DataLoader: per-step cost, and the stack sampler's on its own."""
-    from trainmon.agent import _frames
+def no_loader_rows(address: str, pairs: int, steps: int, run_s: float) -> list[Row]:
+    """The model timed in a loop with no DataLoader (agent/_outside.py). The training thread's part in two paired
+    measurements: a measured step (the wrappers on every step) and a step between bursts, where no wrapper is in place
+    and the training thread meets only the stack sampler taking the GIL now and then (the sampler started and
+    stopped). Then the loop runs for ``run_s`` seconds in four stretches, the probe off and on in turn, the agent
+    pacing its bursts within its budget as in a real run: the share of steps it measured, and the sender thread's CPU
+    per step on against off. The cost per step: the two paired figures mixed by that share, plus the sender's
+    difference, plus the stack sampler's own CPU per step. Blocks long enough to hold whole bursts and pauses are too
+    noisy on a shared host to resolve a microsecond directly (CPU time per step drifts by several percent between
+    seconds), and switching the probe on and off every block, as the paired blocks do, puts the scan of enable() in
+    the sender's figure, which a real run pays once."""
+    from trainmon.agent import _frames, _outside
 
     agent.attach(address)
     loop = ModelLoop()
     try:
         probe = agent._agent.outside  # type: ignore[union-attr]
-        probe.tries = 1 << 30  # switched on and off here only, never by the sender thread
+        probe.tries = 1 << 30  # switched on and off here only, never by the sender thread ...
+        check_after, _outside.CHECK_AFTER = _outside.CHECK_AFTER, 1 << 30  # ... which would switch it off when a
+        # batch of steps made before this thread switched it on comes with nothing measured yet
         tid = agent._agent.sender._thread.native_id  # type: ignore[union-attr]
-        r = paired(loop.block, probe.enable, probe.disable, pairs, steps, tid, settle=50)
+        probe.price_ns = (0.0, 0.0)  # priced at nothing: every step measured
+        every = paired(loop.block, probe.enable, probe.disable, pairs, steps, tid, settle=50)
+
+        samplers: list[Any] = []
+
+        def sampling() -> None:  # between bursts the training thread meets only the stack sampler
+            sampler = _frames.FrameSampler(lambda msg: None, [threading.get_ident()], _outside.inside_model, codes)
+            sampler.start()
+            samplers.append(sampler)
+
+        def not_sampling() -> None:
+            while samplers:
+                sampler = samplers.pop()
+                sampler.stop()
+                if sampler._thread is not None:
+                    sampler._thread.join()
+
+        codes = _outside.own_codes() | _outside.model_codes(torch, [loop.model], [loop.opt])
+        between = paired(loop.block, sampling, not_sampling, pairs, steps, None, settle=50)
+        probe.price_ns = _outside._price()  # as the agent prices it: bursts within the budget
+        calibrated = sum(probe.price_ns)
+        sender = {False: [0, 0], True: [0, 0]}  # ns of the sender's CPU, steps
+        wrapped = n_on = bursts = 0
+        for k in range(4):
+            on = k % 2 == 1
+            if on:
+                bursts0 = probe.bursts
+                probe.enable()
+                wrapped0 = _outside._wrapped[0]
+            c0, n, t_end = thread_cpu_ns(tid), 0, time.monotonic() + run_s / 4
+            while time.monotonic() < t_end:
+                loop.block(200)
+                n += 200
+            sender[on][0] += thread_cpu_ns(tid) - c0
+            sender[on][1] += n
+            if on:
+                wrapped += _outside._wrapped[0] - wrapped0  # steps the wrappers saw (a burst's first one too)
+                n_on += n
+                bursts += probe.bursts - bursts0
+                duty = probe.duty
+                probe.disable()
+        share = wrapped / max(1, n_on)
+        sender_ns = sender[True][0] / max(1, sender[True][1]) - sender[False][0] / max(1, sender[False][1])
         probe.enable()
         sampler = probe.sampler
         assert sampler is not None
@@ -270,20 +325,41 @@ def no_loader_row(address: str, pairs: int, steps: int) -> Row:
         done.set()
         worker.join()
     finally:
+        _outside.CHECK_AFTER = check_after
         agent.detach()
     per_s = per_sample * _frames.RATE_HZ
-    return Row(
-        "per step, loop with no DataLoader (model timed)",
-        "measured (no target)",
-        f"{r['cpu_ns'] / 1e3:.2f} µs",
-        note=(
-            f"forward, backward, step and zero_grad wrapped and a K_OUTSIDE record; training-thread CPU "
-            f"{r['thread_cpu_ns'] / 1e3:.2f} µs + sender {r['sender_ns'] / 1e3:.3f} µs; wall-clock median "
-            f"{r['ns'] / 1e3:+.2f} µs; loop {r['base_ns'] / 1e3:.1f} µs/step; stack sampler "
-            f"{per_sample / 1e3:.1f} µs per sample at {_frames.RATE_HZ:.0f}/s = {per_s / 1e6:.2f} ms of CPU per "
-            f"second ({per_s / 1e7:.3f} % of a core)"
+    sampler_ns = per_s / max(1.0, 1e9 / between["base_ns"])  # its CPU per second over the steps in a second
+    thread_ns = share * every["thread_cpu_ns"] + (1 - share) * max(0.0, between["thread_cpu_ns"])
+    total = thread_ns + max(0.0, sender_ns) + sampler_ns
+    return [
+        Row(
+            "per measured step, loop with no DataLoader (wrappers on)",
+            "measured (no target)",
+            f"{every['thread_cpu_ns'] / 1e3:.2f} µs",
+            note=(
+                f"forward, backward, step and zero_grad wrapped and a K_OUTSIDE record, on every step: training-thread "
+                f"CPU, 95% CI {(every['ci'][0] - every['sender_ns']) / 1e3:.2f}.."
+                f"{(every['ci'][1] - every['sender_ns']) / 1e3:.2f} µs; wall-clock median {every['ns'] / 1e3:+.2f} "
+                f"µs; loop {every['base_ns'] / 1e3:.1f} µs/step; the agent's calibration prices it at "
+                f"{calibrated / 1e3:.2f} µs"
+            ),
         ),
-    )
+        Row(
+            "per step, loop with no DataLoader (model timed in bursts)",
+            "≤ 1 µs (stretch 0.7)",
+            f"{total / 1e3:.2f} µs",
+            met=total <= TARGET_NS,
+            note=(
+                f"{share:.1%} of steps measured over {run_s / 2:.0f} s of the loop as the agent paced its bursts "
+                f"({bursts} bursts, duty {duty:.1%}): training thread {thread_ns / 1e3:.2f} µs (that share at a "
+                f"measured step's cost, the rest at a step between bursts, where the stack sampler takes the GIL 20 "
+                f"times a second: {between['thread_cpu_ns'] / 1e3:+.2f} µs, 95% CI {between['ci'][0] / 1e3:+.2f}.."
+                f"{between['ci'][1] / 1e3:+.2f}, counted as 0 where below) + sender {sender_ns / 1e3:+.3f} µs (on "
+                f"against off over the same run) + stack sampler {sampler_ns / 1e3:.3f} µs ({per_sample / 1e3:.1f} µs "
+                f"per sample at {_frames.RATE_HZ:.0f}/s = {per_s / 1e7:.3f} % of a core)"
+            ),
+        ),
+    ]
 
 
 def start_recorder(tmp: str, address: str) -> subprocess.Popen:
@@ -315,7 +391,7 @@ def cuda_rows(address: str, pairs: int, steps: int) -> list[Row]:
     return [step_row("per step, CUDA loop, monitor connected", r, "no synchronisation (sync debug mode: error)")]
 
 
-def measure(pairs: int, steps: int) -> list[Row]:
+def measure(pairs: int, steps: int, burst_run_s: float = 40.0) -> list[Row]:
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     address = os.path.join(tmp, "m.sock")
@@ -346,7 +422,7 @@ def measure(pairs: int, steps: int) -> list[Row]:
             rec.send_signal(signal.SIGCONT)
         rows.append(step_row("per step, monitor frozen (SIGSTOP)", frozen, "the sender drops the oldest records"))
         rows[-1].anchor = floor_txt
-        rows.append(no_loader_row(address, pairs, steps))
+        rows += no_loader_rows(address, pairs, steps, burst_run_s)
     finally:
         force_stop(rec)
     return rows
@@ -356,9 +432,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=1000, help="ABBA pairs of blocks per case")
     ap.add_argument("--steps", type=int, default=200, help="training steps per block")
+    ap.add_argument(
+        "--burst-run-s",
+        type=float,
+        default=40.0,
+        help="seconds the loop runs, half of them with the model timed in bursts",
+    )
     add_json_arg(ap)
     args = ap.parse_args()
-    emit_rows(measure(args.pairs, args.steps), args.json)
+    emit_rows(measure(args.pairs, args.steps, args.burst_run_s), args.json)
     return 0
 
 

@@ -46,17 +46,24 @@ def test_the_meter_sends_the_hooks_at_their_price_and_the_sender_time(monkeypatc
     assert meter.last_ns_per_step == pytest.approx((50_000 + by_part["sender"]) / 100)
 
 
-def test_a_loop_whose_model_the_agent_times_sends_only_the_sender_part(monkeypatch):
+def test_a_loop_whose_model_the_agent_times_has_its_wrappers_priced_per_step(monkeypatch):
+    from trainmon.agent import _outside
+
     monkeypatch.setattr(_cost, "calibrate", lambda kinds: dict.fromkeys(kinds, 100.0))
     monkeypatch.setattr(_cost, "REPORT_S", 0.0)
+    monkeypatch.setattr(_outside, "_wrapped", [7, 3])  # seen before the meter began: not its interval's
+    monkeypatch.setattr(_outside, "_price_per_step_ns", [20_000.0])  # as the probe measured it
     _hot.reset_buffer()
-    meter = _cost.CostMeter(priced=lambda: False)
+    meter = _cost.CostMeter()
+    meter.observe(SimpleNamespace(wait={}, opt=0, step=0, groups=0))
     meter.tick()
+    _outside._wrapped[:] = [7 + 4, 3 + 8]  # a burst: 4 steps measured (of the 10 made)
     meter.observe(SimpleNamespace(wait={}, opt=10, step=0, groups=10))
     meter.tick()
     records = _hot.swap_buffer()
-    assert [P.COST_PARTS[records[k] >> 8] for k in range(0, len(records), 4)] == ["sender"]
-    assert meter.last_ns_per_step is None
+    by_part = {P.COST_PARTS[records[k] >> 8]: records[k + 3] for k in range(0, len(records), 4)}
+    assert by_part["hooks"] == 10 * 100 + 4 * 20_000  # optimizer hooks, then the wrappers
+    assert meter.last_ns_per_step == pytest.approx((81_000 + by_part["sender"]) / 10)
 
 
 def test_the_monitor_divides_by_the_steps_in_the_intervals():

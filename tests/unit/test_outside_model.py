@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import threading
 import time
 from array import array
 from collections.abc import Iterator
@@ -187,6 +188,119 @@ def test_the_probe_switches_on_only_for_steps_no_loader_fed():
         assert not probe.on and "forward" not in net.__dict__
 
 
+def _steps(net: _Net, opt: torch.optim.Optimizer, n: int, outside_s: float = 0.001) -> None:
+    x = torch.ones(4, 8)
+    for _ in range(n):
+        time.sleep(outside_s)  # the batch, outside the model
+        net(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_the_model_is_timed_in_bursts_whose_cost_stays_within_the_budget():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with _probe() as (probe, _):
+        assert probe.enable() and probe.price_ns is not None and probe.measuring
+        probe.price_ns = (5_000.0, 0.0)  # calibrated at 5 µs: priced at 20 µs until bursts and pauses tell it
+        _steps(net, opt, _outside.BURST_STEPS + 1)
+        burst_start = probe._burst[0]
+        probe.observe(_counts(opt=_outside.BURST_STEPS + 1))
+        assert len(_outside_records()) == _outside.BURST_STEPS  # the burst's first step: no end before it
+        # steps of ~1.2 ms: a budget of 0.1 % of that, 1.2 µs, buys 6 % of the time at 20 µs a measured step
+        assert probe.step_price_ns == 4 * 5_000.0
+        assert probe.on and not probe.measuring and 0.03 < probe.duty < 0.1
+        assert "forward" not in net.__dict__ and "step" not in opt.__dict__
+        assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
+        pause = probe.pause_until - time.monotonic()
+        assert pause == pytest.approx((time.monotonic() - burst_start) * (1 / probe.duty - 1), rel=0.3)
+        _steps(net, opt, 3)
+        probe.observe(_counts(opt=3))
+        assert not probe.measuring and _outside_records() == []  # paused: nothing timed, nothing sent
+        probe.pause_until = 0.0  # its time is up
+        probe.observe(_counts(opt=1))
+        assert probe.measuring and net.forward.__func__ is _outside.forward and probe.bursts == 2
+        _steps(net, opt, 3)
+        assert len(_outside_records()) == 2  # again the burst's first step unmeasured
+
+
+def test_a_measured_steps_price_is_what_bursts_cost_the_training_thread_over_pauses(monkeypatch):
+    cpu = [1_000_000]
+    monkeypatch.setattr(_outside, "_thread_cpu_ns", lambda native: cpu[0])
+    probe = OutsideProbe(lambda msg: None)
+    probe.price_ns = (2_000.0, 1_000.0)  # calibrated: 3 µs a step of one forward
+    assert probe._price_per_step(1.0) == 4 * 3_000.0  # nothing measured on the thread yet
+    probe._account(0)  # the baseline
+    for per_step, burst in [(260_000, True), (200_000, False), (255_000, True), (205_000, False), (262_000, True)]:
+        for _ in range(4):  # a segment told over 4 batches of 30 steps
+            cpu[0] += 30 * per_step
+            probe._account(30)
+        probe._close_segment(burst)
+    assert probe._diffs == [60_000, 55_000, 50_000, 57_000]  # each burst against the pause beside it
+    assert probe._price_per_step(1.0) == 57_000  # their median (the upper one of the middle two)
+    probe._account(10)
+    probe._close_segment(burst=False)  # too few steps to tell anything
+    assert len(probe._diffs) == 4
+    probe._diffs = [100.0, 200.0]  # less than the wrappers cost on their own: the calibration is the floor
+    assert probe._price_per_step(2.0) == 4_000.0
+
+
+def test_slow_steps_are_all_measured():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with _probe() as (probe, _):
+        assert probe.enable()
+        probe.price_ns = (2_000.0, 1_000.0)  # 12 µs a measured step (4 × 3 µs calibrated): under 0.1 % of 20 ms
+        for _ in range(3):
+            _steps(net, opt, _outside.BURST_STEPS, outside_s=0.02)
+            probe.observe(_counts(opt=_outside.BURST_STEPS))
+            assert probe.measuring and probe.duty == 1.0
+        assert len(_outside_records()) == 3 * _outside.BURST_STEPS - 1
+
+
+def test_between_bursts_the_stack_samples_tell_the_model_by_its_code():
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    stop = threading.Event()
+    x = torch.ones(4, 8)
+
+    def get_batch() -> torch.Tensor:
+        time.sleep(0.004)
+        return x
+
+    def train() -> None:
+        while not stop.is_set():
+            net(get_batch(), pause=0.004).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+    with _probe() as (probe, _):
+        assert probe.enable()
+        sampler = probe.sampler
+        assert sampler is not None
+        sampler.stop()
+        thread = threading.Thread(target=train, daemon=True)
+        thread.start()
+        try:
+            while not _outside._tid[0]:  # the burst's first optimizer step names the training thread
+                time.sleep(0.001)
+            with probe.lock:
+                probe._unpatch()  # a pause: no wrapper on the stack
+                probe.measuring = _outside._patched[0] = False
+            assert _outside.inside_model() is None
+            for _ in range(400):
+                sampler.sample_once()
+                if sampler.samples >= 30 and sampler.model_samples >= 30:
+                    break
+                time.sleep(0.002)
+        finally:
+            stop.set()
+            thread.join()
+    assert sampler.samples >= 30 and sampler.model_samples >= 30
+    hot = sampler.hot()
+    assert hot and hot[0]["name"].endswith("get_batch"), hot
+
+
 def _loaderless(store: Store, steps: int, outside_from: int, outside_ms: float = 20.0) -> None:
     """Steps of 50 ms with no loader; from step ``outside_from`` on, each told ``outside_ms`` outside the model."""
     store.hello(1, 0.0, {"pid": 10})
@@ -212,6 +326,36 @@ def test_a_steps_wait_is_its_time_outside_the_model_and_earlier_steps_are_warm_u
     summary = run_summary(run)
     assert summary["data_wait_fraction"] == pytest.approx(0.4)
     assert summary["data_wait_measured_as"] == "outside_model"
+
+
+def test_steps_between_bursts_get_the_measured_steps_share_outside_the_model():
+    store = Store(cap=None)
+    store.hello(1, 0.0, {"pid": 10})
+    recs: list[int] = []
+    t = 0
+    durations = [50] * 40 + [500] + [50] * 5  # ms; steps 10-19 measured (a burst), then a pause
+    ends = []
+    for k, ms in enumerate(durations):
+        end = t + ms * MS
+        if 10 <= k < 20:
+            recs += [P.K_OUTSIDE, t, end - MS, 20 * MS]
+        recs += [P.K_OPT, end, end, 0]
+        ends.append(end)
+        t = end
+    gap = t + 40 * 1000 * MS  # 40 s later, still no burst: nothing tells these steps' wait
+    for k in range(3):
+        recs += [P.K_OPT, gap + k * 50 * MS, gap + k * 50 * MS, 0]
+    store.events(1, gap / 1e9 + 1, array("q", recs))
+    run = store.runs[1]
+    steps = run.steps
+    # 20 steps estimated before the long one, 5 after it; the first step after the gap is not (40 s past the burst)
+    assert run.deriver.outside_steps == 10 and run.deriver.outside_estimated == 26
+    assert [round(steps.wait[k] * 1e3, 3) for k in range(10, 20)] == [20.0] * 10  # measured
+    estimated = [steps.wait[k] * 1e3 for k in [*range(20, 40), *range(41, 46)]]
+    assert all(w == pytest.approx(20.0, rel=0.05) for w in estimated)  # 40 % of 50 ms
+    assert steps.wait[40] * 1e3 == pytest.approx(0.4 * 4 * 50, rel=0.05)  # a 500 ms step: at most 4 typical spans
+    assert steps.wait[len(steps) - 1] == 0.0  # long past the last burst
+    assert run.wait_source == "outside_model"
 
 
 def test_nothing_measured_is_null_not_zero():

@@ -109,7 +109,7 @@ class _Agent:
             from trainmon.agent._memory import MemoryProbe
 
             self.memory = MemoryProbe(self.sender.add_control)
-            self.cost = CostMeter(priced=lambda: not self.outside.on)
+            self.cost = CostMeter()
             self.compile = CompileWatch(self.sender.add_control)
             with self.hooks.lock:  # stop() may be running: it uninstalls under the same lock
                 if not self.stopped:

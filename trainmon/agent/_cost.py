@@ -9,19 +9,20 @@ Two parts, each sent about once a second as a ``K_COST`` record over the interva
   the way torch calls them (a DataLoader iterator's ``__next__`` through ``next()``, the optimizer's post-hooks
   through the loop ``Optimizer.step`` runs them in) after other work, against the same calls without the agent, in
   its own CPU time, as benchmarks/agent_overhead.py measures the training thread's. Nothing is added to the hot
-  path: the training thread never reads a clock for this. Not priced: the exposed-idle probe's CUDA events on a CUDA
-  job (TRAINMON_EXPOSED_EVERY; scripts/gpu_check.py measures them), a DataLoader's first batches read by the
-  batch probe, and the wrappers of a loop whose model the agent times.
+  path: the training thread never reads a clock for this. A loop whose model the agent times in bursts
+  (agent/_outside.py) has its wrappers' steps priced at the price that module measures on the training thread. Not
+  priced: the exposed-idle probe's CUDA events on a CUDA job (TRAINMON_EXPOSED_EVERY; scripts/gpu_check.py measures
+  them) and a DataLoader's first batches read by the batch probe.
 - ``sender``: the sender thread's own CPU time (``time.thread_time_ns()``: encoding, writing, the CUDA memory read,
   torch.compile's records, this meter).
 
-The monitor divides both by the steps that ended in the interval. Loops whose model the agent times (no DataLoader,
-agent/_outside.py) add wrappers this does not price: there only the sender part is sent. Standard library only.
+The monitor divides both by the steps that ended in the interval. Standard library only.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import types
 from array import array
@@ -102,12 +103,89 @@ def calibrate(kinds: Iterable[str] = PRICED) -> dict[str, float]:
             out[kind] = _paired(_post_hooks({}), _post_hooks({0: hook}))
         elif kind == "step":
             out[kind] = _paired(_calls(_noop), _calls(_clone(_hot.step, hot_globals)))
+        elif kind in ("outside_step", "outside_forward"):
+            out[kind] = _paired(*_outside_loops(kind, hot_globals))
         elif kind == "gc":
             gc_globals = dict(vars(_gc))
             gc_globals["_hot"] = types.SimpleNamespace(_buf=hot_globals["_buf"])
             info = {"generation": 0, "collected": 0, "uncollectable": 0}
             out[kind] = _paired(_calls(_noop, info), _calls(_clone(_gc._on_gc, gc_globals), info))
     return {k: max(0.0, v) for k, v in out.items()}
+
+
+class _Model:
+    def forward(self, *args: Any) -> None:
+        return None
+
+
+class _Optimizer:
+    def step(self, *args: Any) -> None:
+        return None
+
+    def zero_grad(self, *args: Any) -> None:
+        return None
+
+
+def _outside_loops(kind: str, hot_globals: dict[str, Any]) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """The bare and the timed loops of a model timed in bursts (agent/_outside.py): ``outside_step``, an optimizer's
+    ``step`` (its K_OUTSIDE record made) and ``zero_grad``; ``outside_forward``, a forward and its backward."""
+    from types import MethodType
+
+    from trainmon.agent import _outside
+
+    globs = dict(vars(_outside))
+    globs.update(
+        _hot=types.SimpleNamespace(span=_clone(_hot.span, hot_globals)),
+        _st=[0, 0, 0, 0],
+        _live=[True],
+        _last_end=[0],
+        _measured=[0],
+        _span=[0],
+        _wrapped=[0, 0],
+        _tid=[0],
+    )
+    timed = _clone(_outside.timed(_noop), globs)
+    model, opt = _Model(), _Optimizer()
+    if kind == "outside_step":
+        for name, fn in (("step", _outside.step), ("zero_grad", _outside.zero_grad)):
+            object.__setattr__(opt, name, MethodType(_clone(fn, globs), opt))
+        globs["_st"][3] = 1  # a forward since the last step: the step makes its record
+        bare_opt = _Optimizer()
+
+        def bare(n: int) -> None:
+            for _ in range(n):
+                _work()
+                bare_opt.step()
+                _work()
+                bare_opt.zero_grad()
+
+        def agent(n: int) -> None:
+            for _ in range(n):
+                _work()
+                opt.step()
+                globs["_st"][3] = 1
+                _work()
+                opt.zero_grad()
+
+        return bare, agent
+    object.__setattr__(model, "forward", MethodType(_clone(_outside.forward, globs), model))
+    bare_model = _Model()
+
+    def bare_fwd(n: int) -> None:
+        for _ in range(n):
+            _work()
+            bare_model.forward(None)
+            _work()
+            _noop(None)
+
+    def agent_fwd(n: int) -> None:
+        for _ in range(n):
+            _work()
+            model.forward(None)
+            _work()
+            timed(None)
+
+    return bare_fwd, agent_fwd
 
 
 def _nexts(it: Any) -> Callable[[int], None]:
@@ -161,13 +239,14 @@ class CostMeter:
     """Counts the hooks' calls in each collected batch (``observe``) and sends the cost records (``tick``): both
     from the sender thread."""
 
-    def __init__(self, priced: Callable[[], bool] = lambda: True) -> None:
-        self.priced = priced  # False while hooks this meter does not price are on (the model timed)
+    def __init__(self) -> None:
         self.prices: dict[str, float] = {}  # ns per call of each kind: the median of its last KEEP calibrations
         self._calibrations: dict[str, list[float]] = {}
         self.last_ns_per_step: float | None = None  # the latest interval's figure, for trainmon.agent.stats()
-        self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported (priced ones)
+        self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported
         self._calls = {"wait": 0, "opt": 0, "step": 0}
+        self._outside_ns = 0.0  # the wrappers of a model timed in bursts (agent/_outside.py), at their price a step
+        self._wrapped0 = 0  # agent/_outside.py's count of the steps its wrappers saw
         self._steps = 0
         self._t0 = 0
         self._cpu0 = 0
@@ -179,6 +258,11 @@ class CostMeter:
         calls["wait"] += sum(counts.wait.values())
         calls["opt"] += counts.opt
         calls["step"] += counts.step
+        outside = sys.modules.get("trainmon.agent._outside")  # imported once a loop with no loader was met
+        if outside is not None:
+            steps = outside._wrapped[0]
+            self._outside_ns += max(0, steps - self._wrapped0) * outside._price_per_step_ns[0]
+            self._wrapped0 = steps
         self._steps += counts.step or counts.groups or max(counts.wait.values(), default=0)
 
     def tick(self) -> None:
@@ -193,18 +277,15 @@ class CostMeter:
         cpu, collections = time.thread_time_ns(), _collections()
         sender = cpu - self._cpu0
         t0, t1 = self._t0, _pc()
-        if self.priced():
-            hooks = sum(n * self.prices.get(kind, 0.0) for kind, n in self._calls.items())
-            hooks += (collections - self._gc0) * self.prices.get("gc", 0.0)
-            _hot.span(K_COST, COST_PARTS.index("hooks"), t0, t1, int(hooks))
-            if self._steps:
-                self.last_ns_per_step = (hooks + sender) / self._steps
-            totals = self.totals
-            totals["hooks_ns"] += hooks
-            totals["sender_ns"] += max(0, sender)
-            totals["steps"] += self._steps
-        else:
-            self.last_ns_per_step = None
+        hooks = sum(n * self.prices.get(kind, 0.0) for kind, n in self._calls.items())
+        hooks += (collections - self._gc0) * self.prices.get("gc", 0.0) + self._outside_ns
+        _hot.span(K_COST, COST_PARTS.index("hooks"), t0, t1, int(hooks))
+        if self._steps:
+            self.last_ns_per_step = (hooks + sender) / self._steps
+        totals = self.totals
+        totals["hooks_ns"] += hooks
+        totals["sender_ns"] += max(0, sender)
+        totals["steps"] += self._steps
         _hot.span(K_COST, COST_PARTS.index("sender"), t0, t1, max(0, sender))
         self._start(t1, cpu, collections)
 
@@ -226,6 +307,7 @@ class CostMeter:
         self._cpu0 = time.thread_time_ns() if cpu is None else cpu
         self._gc0 = _collections() if collections is None else collections
         self._calls = dict.fromkeys(self._calls, 0)
+        self._outside_ns = 0.0
         self._steps = 0
 
 

@@ -3,10 +3,11 @@
 While the model is timed (``_outside.py``), a daemon thread reads the training thread's stack about 20 times a
 second at exponentially distributed moments (so it cannot alias with a periodic loop), with
 ``sys._current_frames()``: no ptrace, no py-spy, a few microseconds each. Each sample is either inside the model (one
-of the agent's wrappers is on the stack) or outside it. The frames that call the model (the loop: ``<module>``,
-``main``, ``train_step``) are learnt from the samples inside it; an outside sample is put to the first frame below
-those, from the outermost in (``get_batch``, ``log_metrics``, ``estimate_loss``), or, when every frame is one of
-them, to the loop's own code. Every 2 s the agent sends the functions that hold most outside samples as
+of the agent's wrappers is on the stack during a burst; between bursts, one of the model's own code objects: the
+roots' forwards, the optimizers' methods, ``backward``) or outside it. The frames that call the model (the loop:
+``<module>``, ``main``, ``train_step``) are learnt from the samples inside it; an outside sample is put to the first
+frame below those, from the outermost in (``get_batch``, ``log_metrics``, ``estimate_loss``), or, when every frame is
+one of them, to the loop's own code. Every 2 s the agent sends the functions that hold most outside samples as
 ``INFO {"outside": ...}`` (see docs/protocol.md); the monitor says from them what the time is spent in.
 
 Reading another thread's frames needs the GIL: a sample lands when the training thread lets it go (at once in a
@@ -48,7 +49,7 @@ class FrameSampler:
         self,
         emit: Callable[[dict[str, Any]], None],
         tid: list[int],
-        inside: Callable[[], bool],
+        inside: Callable[[], bool | None],
         own: frozenset[Any],
         rate_hz: float = RATE_HZ,
     ) -> None:
@@ -95,6 +96,8 @@ class FrameSampler:
         if not chain:
             return
         own = self.own
+        if inside is None:  # no wrapper counts it now: the model's own code on the stack tells
+            inside = any(code in own for code in chain)
         if inside:
             self.model_samples += 1
             wrappers = [k for k, code in enumerate(chain) if code in own]

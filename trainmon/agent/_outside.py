@@ -19,11 +19,17 @@ stack samples of ``_frames.py`` tell apart. On CUDA it is the host's time, which
 forward comes after the step began).
 
 Cost: nothing for loops with a loader (nothing is patched). Once switched on, each forward, backward and
-optimizer call pays a Python wrapper (benchmarks/agent_overhead.py has the figure). The wrappers of modules and
-optimizers are bound methods of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled
-model loads without them), check ``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only
-call through: no timing code is traced) and are removed when a loader drives the loop again, on ``detach()`` and in
-forked children.
+optimizer call pays a Python wrapper, several microseconds a step in all (benchmarks/agent_overhead.py has the
+figure), far above what the agent may cost a fast loop. So the model is timed in bursts: the wrappers are put in place
+for a burst of at least BURST_STEPS measured steps, then taken out for a pause long enough that the bursts' cost,
+spread over every step, stays within BUDGET_NS a step (or BUDGET_SHARE of a step's time, for slow steps, where every
+step is measured). The price of a measured step is calibrated in the sender thread (``_cost.calibrate``), the steps'
+time is that of the measured ones. The store gives the steps between bursts the share outside the model of the
+measured steps around them (store/derive.py), and the stack samples, which tell inside from outside by the model's
+own code objects while the wrappers are out, go on throughout. The wrappers of modules and optimizers are bound
+methods of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled model loads without
+them), check ``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only call through: no timing
+code is traced) and are removed when a loader drives the loop again, on ``detach()`` and in forked children.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Callable
-from types import MethodType
+import weakref
+from collections.abc import Callable, Iterator
+from types import CodeType, MethodType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
@@ -49,14 +56,32 @@ MAX_ROOTS = 16  # modules timed: those holding the optimizers' parameters first,
 PREV_FORWARD = "_trainmon_forward"  # a module's own instance-level forward (torch.compile's), called by ours
 PREV_STEP = "_trainmon_step"  # an optimizer's own instance-level step (an LR scheduler's wrapper)
 PREV_ZERO = "_trainmon_zero_grad"
+BURST_STEPS = 8  # measured steps a burst holds at least (it ends at the sender tick after them)
+BUDGET_NS = 500.0  # what the bursts may cost, spread over every step ...
+BUDGET_SHARE = 0.001  # ... or this share of a step's time, where that is more (slow steps: every step measured)
+MIN_DUTY = 0.01  # bursts take at least this share of the time, however dear a measured step
+MAX_PAUSE_S = 10.0
+# A measured step's price is the training thread's CPU per step in bursts less that in the pauses beside them (the
+# median of the latest PRICE_CYCLES differences of bursts and pauses of MIN_SEGMENT_STEPS steps or more): the
+# calibration (_cost.py) times the wrappers on their own, with warm caches, at about a third of what they cost between
+# a real model's calls (benchmarks/agent_overhead.py). Until two differences are in, or where the thread's CPU time
+# cannot be read, the calibration times PRIOR_FACTOR.
+PRICE_CYCLES = 8
+MIN_SEGMENT_STEPS = 50
+PRIOR_FACTOR = 4.0
 
 _pc = time.perf_counter_ns
 # [depth inside the model, when the outermost call began, ns inside since the last step, forwards since it]
 _st = [0, 0, 0, 0]
 _live = [False]
 _last_end = [0]  # when the last optimizer step ended (ns)
-_tid = [0]  # the thread that steps the optimizer (the sampler reads its stack)
+_tid = [0]  # the thread that steps the optimizer (the sampler reads its stack) ...
+_native = [0]  # ... and its native id (the probe reads its CPU time)
 _measured = [0]  # K_OUTSIDE records made
+_span = [0]  # ns of the steps measured (their spans, from the end of the step before)
+_patched = [False]  # the wrappers are in place (a burst)
+_wrapped = [0, 0]  # optimizer steps and forwards the wrappers saw (the meter in _cost.py prices them) ...
+_price_per_step_ns = [0.0]  # ... at this price a step (OutsideProbe._price_per_step)
 
 
 def _never() -> bool:
@@ -66,8 +91,10 @@ def _never() -> bool:
 _is_compiling: Callable[[], bool] = _never  # torch.compiler.is_compiling once switched on
 
 
-def inside_model() -> bool:
-    return _st[0] > 0
+def inside_model() -> bool | None:
+    """Inside the model by the wrappers' count during a burst; None between bursts: the sampler tells it by the model's
+    code objects on the stack."""
+    return _st[0] > 0 if _patched[0] else None
 
 
 def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -76,7 +103,8 @@ def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         prev = self.__dict__.get(PREV_FORWARD)
         return prev(*args, **kwargs) if prev is not None else type(self).forward(self, *args, **kwargs)
     st = _st
-    if not st[0]:
+    if st[0] <= 0:
+        st[0] = 0
         st[1] = _pc()
     st[0] += 1
     st[3] += 1
@@ -85,7 +113,7 @@ def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         return prev(*args, **kwargs) if prev is not None else type(self).forward(self, *args, **kwargs)
     finally:
         st[0] -= 1
-        if not st[0]:
+        if st[0] <= 0:
             st[2] += _pc() - st[1]
 
 
@@ -96,13 +124,18 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
     if not _live[0] or _is_compiling():
         return prev(*args, **kwargs) if prev is not None else type(self).step(self, *args, **kwargs)
     st = _st
-    outer = not st[0]
+    outer = st[0] <= 0
     if outer:
         t = _pc()
         last = _last_end[0]
+        wrapped = _wrapped
+        wrapped[0] += 1
+        wrapped[1] += st[3]
         if last and st[3]:
             _hot.span(K_OUTSIDE, 0, last, t, max(0, t - last - st[2]))
             _measured[0] += 1
+            _span[0] += t - last
+        st[0] = 0
         st[1] = t
     st[0] += 1
     try:
@@ -111,8 +144,10 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         st[0] -= 1
         if outer:
             st[0] = st[2] = st[3] = 0
+            if not _last_end[0]:  # a burst's first step: which thread steps
+                _tid[0] = threading.get_ident()
+                _native[0] = threading.get_native_id()
             _last_end[0] = _pc()
-            _tid[0] = threading.get_ident()
 
 
 # An LR scheduler wraps ``optimizer.step`` unless it finds this mark on it, and checks the mark at its first step;
@@ -128,14 +163,15 @@ def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
         if not _live[0] or _is_compiling():
             return orig(*args, **kwargs)
         st = _st
-        if not st[0]:
+        if st[0] <= 0:
+            st[0] = 0
             st[1] = _pc()
         st[0] += 1
         try:
             return orig(*args, **kwargs)
         finally:
             st[0] -= 1
-            if not st[0]:
+            if st[0] <= 0:
                 st[2] += _pc() - st[1]
 
     inside.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -151,14 +187,15 @@ def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
     if not _live[0] or _is_compiling():
         return prev(*args, **kwargs) if prev is not None else type(self).zero_grad(self, *args, **kwargs)
     st = _st
-    if not st[0]:
+    if st[0] <= 0:
+        st[0] = 0
         st[1] = _pc()
     st[0] += 1
     try:
         return prev(*args, **kwargs) if prev is not None else type(self).zero_grad(self, *args, **kwargs)
     finally:
         st[0] -= 1
-        if not st[0]:
+        if st[0] <= 0:
             st[2] += _pc() - st[1]
 
 
@@ -204,9 +241,10 @@ def _bind(obj: Any, name: str, prev_key: str, func: Callable[..., Any]) -> Calla
     def undo() -> None:
         bound = own.get(name)
         if isinstance(bound, MethodType) and bound.__func__ is func:
-            prev = own.pop(prev_key, None)
+            prev = own.get(prev_key)  # put back before its key goes: a call in between finds one or the other
             if prev is not None:
                 object.__setattr__(obj, name, prev)
+                own.pop(prev_key, None)
             else:
                 del own[name]
 
@@ -214,23 +252,38 @@ def _bind(obj: Any, name: str, prev_key: str, func: Callable[..., Any]) -> Calla
 
 
 class OutsideProbe:
-    """Decides from the sender thread (``observe``) when to time the model, and patches and unpatches it."""
+    """Decides from the sender thread (``observe``) when to time the model, and patches and unpatches it: on for
+    bursts, off between them (see the module's docstring)."""
 
     def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
         self.emit = emit
         self.lock = threading.Lock()
-        self.on = False
+        self.on = False  # the model's time is being measured (in bursts)
+        self.measuring = False  # ... and the wrappers are in place now (a burst)
         self.free_steps = 0  # optimizer steps with no loader batch since the last loader-driven batch
         self.steps_on = 0  # optimizer steps since switched on
         self.tries = 0
         self.retry_at = 0.0
         self.scan_s = 0.0  # the last scan's wall time
+        self.price_ns: tuple[float, float] | None = None  # a measured step's wrappers: (step and zero_grad, a forward
+        # and its backward), calibrated by _cost.calibrate
+        self.duty = 1.0  # the share of time the latest bursts were given
+        self.step_price_ns = 0.0  # what a measured step costs the training thread, as priced at the latest burst
+        self._segment = [0, 0, 0]  # this burst's or pause's: training-thread CPU ns, optimizer steps, CPU ns read last
+        self._per_step: dict[bool, float] = {}  # the latest burst's (True) and pause's (False) CPU ns per step
+        self._diffs: list[float] = []  # the latest differences of the two
+        self.bursts = 0
+        self.pause_until = 0.0
         self.sampler: FrameSampler | None = None
+        self._targets: list[weakref.ref[Any]] = []  # roots, then optimizers: the objects a burst patches
+        self._n_roots = 0
+        self._burst: tuple[float, int, int, int] = (0.0, 0, 0, 0)  # its start: monotonic, _measured, _span, forwards
         self._undo: list[Callable[[], None]] = []
 
     def observe(self, counts: Any) -> None:
         """One collected batch's counts (``_sender.Counts``): switch on after ENABLE_AFTER optimizer steps with no
-        loader batch, off once most steps of a batch follow one (several optimizers per batch count as one)."""
+        loader batch, off once most steps of a batch follow one (several optimizers per batch count as one); while
+        on, end a burst or a pause when its time has come."""
         if not counts.opt:
             return
         waits = sum(counts.wait.values())
@@ -246,9 +299,72 @@ class OutsideProbe:
             if self.steps_on >= CHECK_AFTER and not _measured[0]:
                 self.disable()  # the forwards timed are not the loop's model: look again later
                 self.retry_at = time.monotonic() + RETRY_S
+                return
+            self._account(counts.opt)
+            self._pace()
             return
         if self.free_steps >= ENABLE_AFTER and self.tries < MAX_TRIES and time.monotonic() >= self.retry_at:
             self.enable()
+
+    def _account(self, steps: int) -> None:
+        """The training thread's CPU time and the optimizer steps collected since the last batch go to the burst or
+        pause under way (the records of a batch were made before the switch that follows it)."""
+        cpu = _thread_cpu_ns(_native[0])
+        seg = self._segment
+        if cpu is None or not seg[2]:
+            seg[:] = [0, 0, cpu or 0]
+            return
+        seg[0] += cpu - seg[2]
+        seg[1] += steps
+        seg[2] = cpu
+
+    def _close_segment(self, burst: bool) -> None:
+        """The burst or pause that ends: its CPU per step, and against the latest of the other kind, a price."""
+        cpu, steps, last = self._segment
+        self._segment = [0, 0, last]
+        if steps < MIN_SEGMENT_STEPS:
+            return
+        per_step = self._per_step[burst] = cpu / steps
+        other = self._per_step.get(not burst)
+        if other is not None:
+            self._diffs = [*self._diffs[-(PRICE_CYCLES - 1) :], per_step - other if burst else other - per_step]
+
+    def _price_per_step(self, forwards: float) -> float:
+        assert self.price_ns is not None
+        calibrated = self.price_ns[0] + forwards * self.price_ns[1]
+        if len(self._diffs) < 2:
+            return calibrated * PRIOR_FACTOR
+        diffs = sorted(self._diffs)
+        return max(calibrated, diffs[len(diffs) // 2])
+
+    def _pace(self) -> None:
+        """A burst that measured BURST_STEPS steps ends, for a pause that keeps the bursts within their budget; a
+        pause whose time is up starts the next burst."""
+        now = time.monotonic()
+        with self.lock:
+            if not self.on:
+                return
+            if not self.measuring:
+                if now >= self.pause_until:
+                    self._close_segment(burst=False)
+                    self._start_burst(now)
+                return
+            t0, m0, span0, fwd0 = self._burst
+            measured = _measured[0] - m0
+            if measured < BURST_STEPS or self.price_ns is None:
+                return
+            step_ns = (_span[0] - span0) / measured
+            forwards = max(1.0, (_wrapped[1] - fwd0) / max(1, measured))
+            price = self.step_price_ns = _price_per_step_ns[0] = self._price_per_step(forwards)
+            budget = max(BUDGET_NS, BUDGET_SHARE * step_ns)
+            self.duty = 1.0 if price <= budget else max(MIN_DUTY, budget / price)
+            if self.duty >= 1.0:
+                self._burst = (now, _measured[0], _span[0], _wrapped[1])  # every step measured: one long burst
+                return
+            self.pause_until = now + min(MAX_PAUSE_S, (now - t0) * (1.0 / self.duty - 1.0))
+            self._close_segment(burst=True)
+            self._unpatch()
+            self.measuring = _patched[0] = False
 
     def enable(self) -> bool:
         import sys
@@ -269,27 +385,50 @@ class OutsideProbe:
             global _is_compiling
             _is_compiling = _compiling_check(torch)
             _st[:] = [0, 0, 0, 0]
-            _last_end[0] = _measured[0] = 0
-            try:
-                self._patch(torch, roots, optimizers)
-            except Exception:
-                self._unpatch()
-                raise
+            _last_end[0] = _measured[0] = _tid[0] = _native[0] = 0
+            self._segment = [0, 0, 0]
+            self._per_step, self._diffs = {}, []
+            self._targets = [weakref.ref(obj) for obj in (*roots, *optimizers)]
+            self._n_roots = len(roots)
+            codes = model_codes(torch, roots, optimizers)
+            del roots, optimizers
+            if self.price_ns is None:
+                self.price_ns = _price()
+            self._start_burst(time.monotonic())
             _live[0] = True
             self.on = True
             self.steps_on = 0
             from trainmon.agent._frames import FrameSampler  # only now: attach() imports nothing it does not use
 
-            self.sampler = FrameSampler(self.emit, _tid, inside_model, own_codes())
+            self.sampler = FrameSampler(self.emit, _tid, inside_model, own_codes() | codes)
             self.sampler.start()
             return True
 
-    def _patch(self, torch: Any, roots: list[Any], optimizers: list[Any]) -> None:
-        for module in roots:
-            self._undo.append(_bind(module, "forward", PREV_FORWARD, forward))
-        for opt in optimizers:
-            self._undo.append(_bind(opt, "step", PREV_STEP, step))
-            self._undo.append(_bind(opt, "zero_grad", PREV_ZERO, zero_grad))
+    def _start_burst(self, now: float) -> None:
+        """The wrappers in place (under ``self.lock``); the burst's first step is not measured (no end before it)."""
+        _last_end[0] = 0
+        try:
+            self._patch()
+        except Exception:
+            self._unpatch()
+            raise
+        self.measuring = _patched[0] = True
+        self.bursts += 1
+        self._burst = (now, _measured[0], _span[0], _wrapped[1])
+
+    def _patch(self) -> None:
+        import sys
+
+        torch = sys.modules["torch"]
+        for k, ref in enumerate(self._targets):
+            obj = ref()
+            if obj is None:
+                continue  # collected since the scan
+            if k < self._n_roots:
+                self._undo.append(_bind(obj, "forward", PREV_FORWARD, forward))
+            else:
+                self._undo.append(_bind(obj, "step", PREV_STEP, step))
+                self._undo.append(_bind(obj, "zero_grad", PREV_ZERO, zero_grad))
         self._time(torch.autograd, "backward")
         self._time(torch.nn.utils, "clip_grad_norm_")
 
@@ -316,8 +455,9 @@ class OutsideProbe:
     def disable(self) -> None:
         with self.lock:
             _live[0] = False
-            self.on = False
+            self.on = self.measuring = _patched[0] = False
             self._unpatch()
+            self._targets = []
             sampler, self.sampler = self.sampler, None
         if sampler is not None:
             sampler.stop()
@@ -326,6 +466,64 @@ class OutsideProbe:
         """``detach()``, or a forked child (its patches are its own copies): everything undone."""
         self.disable()
         self.free_steps = 0
+
+
+def _thread_cpu_ns(native_id: int) -> int | None:
+    """A thread's CPU time so far (Linux's schedstat, in ns), or None where it cannot be read."""
+    if not native_id:
+        return None
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _price() -> tuple[float, float]:
+    from trainmon.agent._cost import calibrate
+
+    prices = calibrate(("outside_step", "outside_forward"))
+    return prices.get("outside_step", 0.0), prices.get("outside_forward", 0.0)
+
+
+def _unwrapped(fn: Any) -> Iterator[CodeType]:
+    """The code objects of ``fn`` and of what it wraps (``__wrapped__``), each a frame a call of it puts on a stack."""
+    seen = 0
+    while fn is not None and seen < 8:
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, CodeType):
+            yield code
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+
+
+def model_codes(torch: Any, roots: list[Any], optimizers: list[Any]) -> frozenset[CodeType]:
+    """The code objects whose frames on the training thread's stack mean it is in the model: the roots' forwards, the
+    optimizers' ``step`` and ``zero_grad``, ``torch.autograd.backward`` and gradient clipping (what the wrappers time,
+    for the stack samples taken between bursts, when no wrapper is on the stack)."""
+    codes: set[CodeType] = set()
+    for root in roots:
+        codes.update(_unwrapped(type(root).forward))
+        own = root.__dict__.get(PREV_FORWARD) or root.__dict__.get("forward")
+        if own is not None and getattr(own, "__func__", None) is not forward:
+            codes.update(_unwrapped(own))
+    for opt in optimizers:
+        for name in ("step", "zero_grad"):
+            codes.update(_unwrapped(getattr(type(opt), name, None)))
+    for owner, name in ((torch.autograd, "backward"), (torch.nn.utils, "clip_grad_norm_")):
+        fn = getattr(owner, name, None)
+        codes.update(_unwrapped(getattr(fn, "__trainmon_original__", fn)))
+    module = torch.nn.Module  # a compiled module's forward wraps Module.__call__: any module's call, not the model's
+    generic = {
+        *own_codes(),
+        *(
+            code
+            for name in ("__call__", "_call_impl", "_wrapped_call_impl")
+            for code in _unwrapped(getattr(module, name, None))
+        ),
+    }
+    return frozenset(code for code in codes if code not in generic)
 
 
 def _compiling_check(torch: Any) -> Callable[[], bool]:

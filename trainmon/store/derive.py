@@ -40,6 +40,12 @@ WARMUP_STEPS = 5  # first steps of a run: compilation, cuDNN autotune, worker st
 RESTART_WARMUP_STEPS = 2  # after an epoch restarts non-persistent workers
 CKPT_MERGE_GAP_S = 0.005
 _NAN = float("nan")
+# Steps between the agent's bursts of timing the model (agent/_outside.py): the share outside the model of the latest
+# measured steps (decayed per measured step), given to steps that end within OUTSIDE_GAP_S of the last measured one
+# (the agent's pauses are at most 10 s), of at most OUTSIDE_LONG typical spans each.
+OUTSIDE_DECAY = 1 / 32
+OUTSIDE_GAP_S = 30.0
+OUTSIDE_LONG = 4.0
 
 
 class RunParts(Protocol):
@@ -80,6 +86,8 @@ class StepDeriver:
         self.cur_outside = 0.0  # ... its time outside the model, where no loader fed it (agent/_outside.py)
         self.cur_outside_n = 0  # ... the outside records that told it
         self.outside_steps = 0  # steps whose data wait is their time outside the model
+        self.outside_estimated = 0  # steps between the agent's bursts: their wait from the measured steps' share
+        self.outside_share = [0.0, 0.0, 0.0]  # the measured steps' outside time, spans (decayed sums), last end
         self.last_end: float | None = None
         self.warm_until = WARMUP_STEPS  # steps before this count are warm-up
         self.seen_any_wait = False
@@ -151,6 +159,15 @@ class StepDeriver:
             self.steps.mark_warm(0)
         self.cur_outside += min(value * NS, t1 - t0)
         self.cur_outside_n += 1
+
+    def estimated_outside(self, dur: float) -> float:
+        """A step the agent did not time (between its bursts, agent/_outside.py): the measured steps' latest share
+        outside the model, of at most OUTSIDE_LONG times their typical span (what made a step far longer than
+        those was not measured: it is not called data wait)."""
+        out, span, _ = self.outside_share
+        if span <= 0:
+            return 0.0
+        return out / span * min(dur, OUTSIDE_LONG * span)
 
     def add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
@@ -266,6 +283,14 @@ class StepDeriver:
         if self.cur_outside_n and not self.cur_batches:
             wait = min(self.cur_outside, end - start)  # no loader fed this step: its wait is outside the model
             self.outside_steps += 1
+            share = self.outside_share
+            k = OUTSIDE_DECAY if share[1] else 1.0  # the first measured step sets them
+            share[0] += (wait - share[0]) * k
+            share[1] += (end - start - share[1]) * k
+            share[2] = end
+        elif self.outside_steps and not self.cur_batches and end - self.outside_share[2] <= OUTSIDE_GAP_S:
+            wait = self.estimated_outside(end - start)
+            self.outside_estimated += 1
         self.cur_outside = 0.0
         self.cur_outside_n = 0
         covered = self.cur_exposed_wait if self.cur_exposed_wait >= 0 else wait
