@@ -90,3 +90,56 @@ def test_a_wait_nothing_measures_is_null_and_na(addr, tmp_path):
     ).stdout
     row = next(line for line in text.splitlines() if line.startswith("pid ") and "python -c" in line)
     assert " n/a " in row and "0.0%" not in row, row
+
+
+FAST = """
+import json, sys, time, trainmon.agent
+trainmon.agent.attach()
+import torch
+torch.set_num_threads(1)
+class Net(torch.nn.Module):  # returns its loss, as nanoGPT's GPT does
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+
+    def forward(self, x):
+        return self.body(x).square().mean()
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+corpus = [(i * 2654435761) % 50257 for i in range(1 << 14)]
+
+def get_batch(step):  # tokens looked up and scaled in Python, as a small hand-written pipeline does
+    base = (step * 613) % (len(corpus) - 64)
+    return torch.tensor([[corpus[base + i + j] % 97 / 97 for j in range(32)] for i in range(6)])
+
+batch_s, step, t0 = 0.0, 0, time.perf_counter()
+end = time.monotonic() + 9
+while time.monotonic() < end:
+    b0 = time.perf_counter()
+    x = get_batch(step)
+    batch_s += time.perf_counter() - b0
+    model(x).backward()
+    opt.step()
+    opt.zero_grad()
+    step += 1
+wall = time.perf_counter() - t0
+json.dump({"batch_fraction": batch_s / wall, "steps": step, "step_us": wall / step * 1e6}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_fast_loop_is_timed_in_bursts_and_its_wait_holds_against_its_own(addr, tmp_path):
+    """Steps of a few hundred microseconds: the agent times the model in bursts (agent/_outside.py) and the steps
+    between them take the measured steps' share; the report's wait holds against the script's own."""
+    own_path = tmp_path / "fast.self.json"
+    report, ticks, _ = _record(addr, tmp_path, [sys.executable, "-c", FAST, str(own_path)], "fast")
+    own = json.loads(own_path.read_text())
+    (run,) = report["runs"]
+    assert own["step_us"] < 2000, own  # fast enough that measuring every step would cost more than the budget
+    counted = run["outside_model_steps"]
+    assert run["data_wait_measured_as"] == "outside_model" and counted is not None, run
+    assert counted["measured"] >= 100 and counted["estimated"] > 3 * counted["measured"], (counted, own)
+    print("fast loop:", run["data_wait_fraction"], own, counted)
+    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
+    live = [r["data_wait_fraction"] for t in ticks[-4:] for r in t["runs"] if r["steps"]]
+    assert live and all(w is not None and abs(w - own["batch_fraction"]) <= 0.15 for w in live), (live, own)

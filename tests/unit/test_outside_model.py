@@ -200,20 +200,26 @@ def _steps(net: _Net, opt: torch.optim.Optimizer, n: int, outside_s: float = 0.0
 def test_the_model_is_timed_in_bursts_whose_cost_stays_within_the_budget():
     net = _Net()
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    n = _outside.BURST_STEPS
     with _probe() as (probe, _):
         assert probe.enable() and probe.price_ns is not None and probe.measuring
-        probe.price_ns = (5_000.0, 0.0)  # calibrated at 5 µs: priced at 20 µs until bursts and pauses tell it
-        _steps(net, opt, _outside.BURST_STEPS + 1)
+        probe.price_ns = (5_000.0, 0.0)  # calibrated at 5 µs: priced at 20 µs until bursts tell it
+        _steps(net, opt, n + 1)  # the first burst's first step has no end before it
+        assert len(_outside_records()) == n
+        probe.observe(_counts(opt=n + 1))  # the sender prices it: over the budget, it ends after n more steps
+        assert probe.measuring and _outside._burst_left[0] == n
         burst_start = probe._burst[0]
-        probe.observe(_counts(opt=_outside.BURST_STEPS + 1))
-        assert len(_outside_records()) == _outside.BURST_STEPS  # the burst's first step: no end before it
+        _steps(net, opt, n + 2)  # the training thread ends it after n
+        assert len(_outside_records()) == n and not probe.measuring
+        assert "forward" not in net.__dict__ and "step" not in opt.__dict__
+        assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
+        assert len(probe._burst_costs) == 1 and probe._burst_costs[0] > 0  # its CPU per step, read by the thread
+        probe.observe(_counts(opt=n + 3))  # the sender: the pause that keeps the bursts within the budget
         # steps of ~1.2 ms: a budget of 0.1 % of that, 1.2 µs, buys 6 % of the time at 20 µs a measured step
         assert probe.step_price_ns == 4 * 5_000.0
         assert probe.on and not probe.measuring and 0.03 < probe.duty < 0.1
-        assert "forward" not in net.__dict__ and "step" not in opt.__dict__
-        assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
-        pause = probe.pause_until - time.monotonic()
-        assert pause == pytest.approx((time.monotonic() - burst_start) * (1 / probe.duty - 1), rel=0.3)
+        pause = probe.pause_until - probe.burst_end
+        assert pause == pytest.approx((probe.burst_end - burst_start) * (1 / probe.duty - 1), rel=0.01)
         _steps(net, opt, 3)
         probe.observe(_counts(opt=3))
         assert not probe.measuring and _outside_records() == []  # paused: nothing timed, nothing sent
@@ -224,24 +230,25 @@ def test_the_model_is_timed_in_bursts_whose_cost_stays_within_the_budget():
         assert len(_outside_records()) == 2  # again the burst's first step unmeasured
 
 
-def test_a_measured_steps_price_is_what_bursts_cost_the_training_thread_over_pauses(monkeypatch):
+def test_a_measured_steps_price_is_what_bursts_cost_the_training_thread_over_the_ticks_between(monkeypatch):
     cpu = [1_000_000]
     monkeypatch.setattr(_outside, "_thread_cpu_ns", lambda native: cpu[0])
     probe = OutsideProbe(lambda msg: None)
     probe.price_ns = (2_000.0, 1_000.0)  # calibrated: 3 µs a step of one forward
     assert probe._price_per_step(1.0) == 4 * 3_000.0  # nothing measured on the thread yet
-    probe._account(0)  # the baseline
-    for per_step, burst in [(260_000, True), (200_000, False), (255_000, True), (205_000, False), (262_000, True)]:
-        for _ in range(4):  # a segment told over 4 batches of 30 steps
-            cpu[0] += 30 * per_step
-            probe._account(30)
-        probe._close_segment(burst)
-    assert probe._diffs == [60_000, 55_000, 50_000, 57_000]  # each burst against the pause beside it
-    assert probe._price_per_step(1.0) == 57_000  # their median (the upper one of the middle two)
-    probe._account(10)
-    probe._close_segment(burst=False)  # too few steps to tell anything
-    assert len(probe._diffs) == 4
-    probe._diffs = [100.0, 200.0]  # less than the wrappers cost on their own: the calibration is the floor
+    probe._account(0)  # the first tick: a baseline to start from
+    for _ in range(5):  # ticks with no burst: 200 µs of CPU a step
+        cpu[0] += 100 * 200_000
+        probe._account(100)
+    _outside._wrapped[0] += 17  # a burst in this tick: not baseline
+    cpu[0] += 100 * 210_000
+    probe._account(100)
+    assert probe._baseline[0] / probe._baseline[1] == pytest.approx(200_000)
+    probe._burst_costs = [260_000.0, 255_000.0]
+    assert probe._price_per_step(1.0) == 4 * 3_000.0  # two bursts: not yet
+    probe._burst_costs.append(262_000.0)
+    assert probe._price_per_step(1.0) == pytest.approx(60_000)  # their median against the baseline
+    probe._burst_costs = [200_500.0] * 3  # less than the wrappers cost on their own: the calibration is the floor
     assert probe._price_per_step(2.0) == 4_000.0
 
 
@@ -282,8 +289,10 @@ def test_between_bursts_the_stack_samples_tell_the_model_by_its_code():
         thread = threading.Thread(target=train, daemon=True)
         thread.start()
         try:
-            while not _outside._tid[0]:  # the burst's first optimizer step names the training thread
+            deadline = time.monotonic() + 20
+            while not _outside._tid[0] and time.monotonic() < deadline:  # the burst's first step names the thread
                 time.sleep(0.001)
+            assert _outside._tid[0] == thread.ident
             with probe.lock:
                 probe._unpatch()  # a pause: no wrapper on the stack
                 probe.measuring = _outside._patched[0] = False

@@ -56,19 +56,20 @@ MAX_ROOTS = 16  # modules timed: those holding the optimizers' parameters first,
 PREV_FORWARD = "_trainmon_forward"  # a module's own instance-level forward (torch.compile's), called by ours
 PREV_STEP = "_trainmon_step"  # an optimizer's own instance-level step (an LR scheduler's wrapper)
 PREV_ZERO = "_trainmon_zero_grad"
-BURST_STEPS = 8  # measured steps a burst holds at least (it ends at the sender tick after them)
+BURST_STEPS = 16  # measured steps a burst holds (the training thread ends it after them)
 BUDGET_NS = 500.0  # what the bursts may cost, spread over every step ...
 BUDGET_SHARE = 0.001  # ... or this share of a step's time, where that is more (slow steps: every step measured)
 MIN_DUTY = 0.01  # bursts take at least this share of the time, however dear a measured step
 MAX_PAUSE_S = 10.0
-# A measured step's price is the training thread's CPU per step in bursts less that in the pauses beside them (the
-# median of the latest PRICE_CYCLES differences of bursts and pauses of MIN_SEGMENT_STEPS steps or more): the
-# calibration (_cost.py) times the wrappers on their own, with warm caches, at about a third of what they cost between
-# a real model's calls (benchmarks/agent_overhead.py). Until two differences are in, or where the thread's CPU time
-# cannot be read, the calibration times PRIOR_FACTOR.
-PRICE_CYCLES = 8
-MIN_SEGMENT_STEPS = 50
+# A measured step's price is the training thread's CPU per step in bursts (read by the thread itself as a burst
+# begins and ends) less that over the sender's ticks with no burst in them: the median of the latest PRICE_BURSTS
+# bursts against the decayed baseline. The calibration (_cost.py) times the wrappers on their own, with warm caches,
+# at about a third of what they cost between a real model's calls (benchmarks/agent_overhead.py); it is the floor.
+# Until PRICE_MIN bursts are in, or where the thread's CPU time cannot be read, the calibration times PRIOR_FACTOR.
+PRICE_BURSTS = 16
+PRICE_MIN = 3
 PRIOR_FACTOR = 4.0
+BASELINE_DECAY = 0.9  # per tick with no burst
 
 _pc = time.perf_counter_ns
 # [depth inside the model, when the outermost call began, ns inside since the last step, forwards since it]
@@ -82,6 +83,15 @@ _span = [0]  # ns of the steps measured (their spans, from the end of the step b
 _patched = [False]  # the wrappers are in place (a burst)
 _wrapped = [0, 0]  # optimizer steps and forwards the wrappers saw (the meter in _cost.py prices them) ...
 _price_per_step_ns = [0.0]  # ... at this price a step (OutsideProbe._price_per_step)
+_burst_left = [-1]  # measured steps the burst under way still makes (the training thread ends it at 0; < 0: no end)
+_burst_cpu = [0, 0]  # the training thread's CPU time (ns) and _wrapped[0] as the burst's first step ended
+
+
+def _no_end() -> None:
+    return None
+
+
+_end_burst: list[Callable[[], None]] = [_no_end]  # the probe's, called by the training thread at a burst's end
 
 
 def _never() -> bool:
@@ -135,6 +145,7 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
             _hot.span(K_OUTSIDE, 0, last, t, max(0, t - last - st[2]))
             _measured[0] += 1
             _span[0] += t - last
+            _burst_left[0] -= 1
         st[0] = 0
         st[1] = t
     st[0] += 1
@@ -144,10 +155,14 @@ def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         st[0] -= 1
         if outer:
             st[0] = st[2] = st[3] = 0
-            if not _last_end[0]:  # a burst's first step: which thread steps
+            if not _last_end[0]:  # a burst's first step: which thread steps, and its CPU time from here on
                 _tid[0] = threading.get_ident()
                 _native[0] = threading.get_native_id()
+                _burst_cpu[0] = time.thread_time_ns()
+                _burst_cpu[1] = _wrapped[0]
             _last_end[0] = _pc()
+            if not _burst_left[0]:
+                _end_burst[0]()
 
 
 # An LR scheduler wraps ``optimizer.step`` unless it finds this mark on it, and checks the mark at its first step;
@@ -269,9 +284,11 @@ class OutsideProbe:
         # and its backward), calibrated by _cost.calibrate
         self.duty = 1.0  # the share of time the latest bursts were given
         self.step_price_ns = 0.0  # what a measured step costs the training thread, as priced at the latest burst
-        self._segment = [0, 0, 0]  # this burst's or pause's: training-thread CPU ns, optimizer steps, CPU ns read last
-        self._per_step: dict[bool, float] = {}  # the latest burst's (True) and pause's (False) CPU ns per step
-        self._diffs: list[float] = []  # the latest differences of the two
+        self.burst_end = 0.0  # when the latest burst ended (monotonic)
+        self._scheduled = True  # the pause after it has its end
+        self._burst_costs: list[float] = []  # the latest bursts' CPU ns per step of the training thread
+        self._baseline = [0.0, 0.0]  # its CPU ns and steps over the ticks with no burst (decayed sums)
+        self._tick = (0, 0, False)  # the last tick's: the thread's CPU ns, _wrapped[0], a burst under way
         self.bursts = 0
         self.pause_until = 0.0
         self.sampler: FrameSampler | None = None
@@ -307,64 +324,84 @@ class OutsideProbe:
             self.enable()
 
     def _account(self, steps: int) -> None:
-        """The training thread's CPU time and the optimizer steps collected since the last batch go to the burst or
-        pause under way (the records of a batch were made before the switch that follows it)."""
-        cpu = _thread_cpu_ns(_native[0])
-        seg = self._segment
-        if cpu is None or not seg[2]:
-            seg[:] = [0, 0, cpu or 0]
+        """The baseline: the training thread's CPU time per optimizer step over the ticks with no burst in them."""
+        cpu, wrapped = _thread_cpu_ns(_native[0]), _wrapped[0]
+        cpu0, wrapped0, burst0 = self._tick
+        self._tick = (cpu or 0, wrapped, self.measuring)
+        if cpu is None or not cpu0 or wrapped != wrapped0 or burst0 or self.measuring or steps <= 0:
             return
-        seg[0] += cpu - seg[2]
-        seg[1] += steps
-        seg[2] = cpu
-
-    def _close_segment(self, burst: bool) -> None:
-        """The burst or pause that ends: its CPU per step, and against the latest of the other kind, a price."""
-        cpu, steps, last = self._segment
-        self._segment = [0, 0, last]
-        if steps < MIN_SEGMENT_STEPS:
-            return
-        per_step = self._per_step[burst] = cpu / steps
-        other = self._per_step.get(not burst)
-        if other is not None:
-            self._diffs = [*self._diffs[-(PRICE_CYCLES - 1) :], per_step - other if burst else other - per_step]
+        base = self._baseline
+        base[0] = base[0] * BASELINE_DECAY + (cpu - cpu0)
+        base[1] = base[1] * BASELINE_DECAY + steps
 
     def _price_per_step(self, forwards: float) -> float:
         assert self.price_ns is not None
         calibrated = self.price_ns[0] + forwards * self.price_ns[1]
-        if len(self._diffs) < 2:
+        base_cpu, base_steps = self._baseline
+        if len(self._burst_costs) < PRICE_MIN or base_steps <= 0:
             return calibrated * PRIOR_FACTOR
-        diffs = sorted(self._diffs)
-        return max(calibrated, diffs[len(diffs) // 2])
+        costs = sorted(self._burst_costs)
+        return max(calibrated, costs[len(costs) // 2] - base_cpu / base_steps)
+
+    def end_burst(self) -> None:
+        """Called by the training thread as the burst's last measured step ends: the wrappers out, the burst's CPU
+        time per step kept. Never waits: were the sender thread holding the lock, the next step tries again."""
+        cpu = time.thread_time_ns()
+        if not self.lock.acquire(blocking=False):
+            _burst_left[0] = 1
+            return
+        try:
+            _burst_left[0] = -1
+            if not self.measuring:
+                return
+            steps = _wrapped[0] - _burst_cpu[1]
+            if steps > 0 and _burst_cpu[0]:
+                self._burst_costs = [*self._burst_costs[-(PRICE_BURSTS - 1) :], (cpu - _burst_cpu[0]) / steps]
+            self._unpatch()
+            self.measuring = _patched[0] = False
+            self.burst_end = time.monotonic()
+            self._scheduled = False
+        finally:
+            self.lock.release()
+
+    def _duty(self) -> float | None:
+        """The share of time bursts may take, from the steps measured since ``self._burst`` began (None: too few)."""
+        _, m0, span0, fwd0 = self._burst
+        measured = _measured[0] - m0
+        if measured < BURST_STEPS or self.price_ns is None:
+            return None
+        step_ns = (_span[0] - span0) / measured
+        forwards = max(1.0, (_wrapped[1] - fwd0) / measured)
+        price = self.step_price_ns = _price_per_step_ns[0] = self._price_per_step(forwards)
+        budget = max(BUDGET_NS, BUDGET_SHARE * step_ns)
+        self.duty = 1.0 if price <= budget else max(MIN_DUTY, budget / price)
+        return self.duty
 
     def _pace(self) -> None:
-        """A burst that measured BURST_STEPS steps ends, for a pause that keeps the bursts within their budget; a
-        pause whose time is up starts the next burst."""
+        """After a burst the training thread ended: the pause that keeps bursts within their budget; a pause whose time
+        is up: the next burst. Where every step may be measured, one long burst, its budget looked at again."""
         now = time.monotonic()
         with self.lock:
             if not self.on:
                 return
-            if not self.measuring:
-                if now >= self.pause_until:
-                    self._close_segment(burst=False)
-                    self._start_burst(now)
+            if self.measuring:
+                if _burst_left[0] < 0:  # every step measured so far
+                    duty = self._duty()
+                    if duty is not None:
+                        if duty < 1.0:
+                            _burst_left[0] = BURST_STEPS  # the training thread ends it after these
+                        self._burst = (now, _measured[0], _span[0], _wrapped[1])
                 return
-            t0, m0, span0, fwd0 = self._burst
-            measured = _measured[0] - m0
-            if measured < BURST_STEPS or self.price_ns is None:
-                return
-            step_ns = (_span[0] - span0) / measured
-            forwards = max(1.0, (_wrapped[1] - fwd0) / max(1, measured))
-            price = self.step_price_ns = _price_per_step_ns[0] = self._price_per_step(forwards)
-            budget = max(BUDGET_NS, BUDGET_SHARE * step_ns)
-            self.duty = 1.0 if price <= budget else max(MIN_DUTY, budget / price)
-            if self.duty >= 1.0:
-                self._burst = (now, _measured[0], _span[0], _wrapped[1])  # every step measured: one long burst
-                return
-            self.pause_until = now + min(MAX_PAUSE_S, (now - t0) * (1.0 / self.duty - 1.0))
-            self._close_segment(burst=True)
-            self._unpatch()
-            self.measuring = _patched[0] = False
+            if not self._scheduled:
+                self._scheduled = True
+                duty = self._duty()
+                if duty is None or duty >= 1.0:
+                    self._start_burst(now, BURST_STEPS if duty is None else -1)
+                    return
+                wall = max(0.0, self.burst_end - self._burst[0])
+                self.pause_until = self.burst_end + min(MAX_PAUSE_S, wall * (1.0 / duty - 1.0))
+            if now >= self.pause_until:
+                self._start_burst(now, BURST_STEPS)
 
     def enable(self) -> bool:
         import sys
@@ -386,15 +423,15 @@ class OutsideProbe:
             _is_compiling = _compiling_check(torch)
             _st[:] = [0, 0, 0, 0]
             _last_end[0] = _measured[0] = _tid[0] = _native[0] = 0
-            self._segment = [0, 0, 0]
-            self._per_step, self._diffs = {}, []
+            self._burst_costs, self._baseline, self._tick = [], [0.0, 0.0], (0, 0, False)
             self._targets = [weakref.ref(obj) for obj in (*roots, *optimizers)]
             self._n_roots = len(roots)
             codes = model_codes(torch, roots, optimizers)
             del roots, optimizers
             if self.price_ns is None:
                 self.price_ns = _price()
-            self._start_burst(time.monotonic())
+            _end_burst[0] = self.end_burst
+            self._start_burst(time.monotonic(), -1)  # until the sender has priced it against the budget
             _live[0] = True
             self.on = True
             self.steps_on = 0
@@ -404,9 +441,11 @@ class OutsideProbe:
             self.sampler.start()
             return True
 
-    def _start_burst(self, now: float) -> None:
-        """The wrappers in place (under ``self.lock``); the burst's first step is not measured (no end before it)."""
+    def _start_burst(self, now: float, steps: int) -> None:
+        """The wrappers in place (under ``self.lock``) for ``steps`` measured steps (< 0: until told); the burst's first
+        step is not measured (no end before it)."""
         _last_end[0] = 0
+        _burst_left[0] = steps
         try:
             self._patch()
         except Exception:
@@ -455,6 +494,8 @@ class OutsideProbe:
     def disable(self) -> None:
         with self.lock:
             _live[0] = False
+            _burst_left[0] = -1
+            _end_burst[0] = _no_end
             self.on = self.measuring = _patched[0] = False
             self._unpatch()
             self._targets = []

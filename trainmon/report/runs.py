@@ -9,7 +9,7 @@ from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.stats import quantile
 from trainmon.numbers import rounded
 from trainmon.report.energy import energy_part
-from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, RunSummary
+from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, OutsideModelSteps, RunSummary
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
 from trainmon.store.store import Store
@@ -113,6 +113,7 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
         "exposed_wait_fraction": rounded(exposed_wait_fraction(exposed, exposed_wait, wait, total), 4),
         "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
         "data_wait_measured_as": "sampling" if sampled else run.wait_source,
+        "outside_model_steps": outside_model_steps(run) if not sampled else None,
         "samples_per_s": rounded(samples_per_s, 2),
         "tokens_per_s": rounded(samples_per_s * per_sample, 1),
         "dataloader": loader_config(train.config if train is not None else {}),
@@ -157,3 +158,12 @@ def measurement(store: Store, run: Run, first: float) -> Measurement:
             at = mono / 1e9 - (hello_wall - wall)  # the attach instant on the monitor's clock
         attached_at = round(max(0.0, at - first), 2)
     return {"measured_by": "agent", "attached_at": attached_at, "data_wait_samples": None}
+
+
+def outside_model_steps(run: Run) -> OutsideModelSteps | None:
+    """Where the agent timed the model (a loop no loader feeds): the steps it measured, in its bursts, and those between
+    bursts given the measured steps' share (store/derive.py); None elsewhere."""
+    d = run.deriver
+    if not d.outside_steps:
+        return None
+    return {"measured": d.outside_steps, "estimated": d.outside_estimated}

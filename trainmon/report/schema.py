@@ -25,6 +25,11 @@ class Stats(TypedDict):
     max: float | None
 
 
+class OutsideModelSteps(TypedDict):
+    measured: int
+    estimated: int
+
+
 class StepTimes(TypedDict):
     p50: float | None
     p95: float | None
@@ -107,6 +112,8 @@ class RunSummary(EpochRestarts, RunEnergyPart):
     # What measured the data wait: a loader's __next__ ("dataloader", "torchdata", "iterable"), the steps' time outside
     # the model where no loader fed them ("outside_model"), "sampling" (py-spy, no agent), or None (nothing)
     data_wait_measured_as: str | None
+    # "outside_model": the steps the agent timed, in bursts, and those between bursts given their share
+    outside_model_steps: OutsideModelSteps | None
     samples_per_s: float | None
     tokens_per_s: float | None  # sequence batches: tokens (attention-mask-aware) per second of steady state
     dataloader: LoaderConfig | None
