@@ -19,14 +19,15 @@ stack samples of ``_frames.py`` tell apart. On CUDA it is the host's time, which
 forward comes after the step began).
 
 Cost: nothing for loops with a loader (nothing is patched). Once switched on, each forward, backward and
-optimizer call pays a Python wrapper, several microseconds a step in all (benchmarks/agent_overhead.py has the
-figure), far above what the agent may cost a fast loop. So the model is timed in bursts: the wrappers are put in place
-for a burst of at least BURST_STEPS measured steps, then taken out for a pause long enough that the bursts' cost,
-spread over every step, stays within BUDGET_NS a step (or BUDGET_SHARE of a step's time, for slow steps, where every
-step is measured). The price of a measured step is calibrated in the sender thread (``_cost.calibrate``), the steps'
-time is that of the measured ones. The store gives the steps between bursts the share outside the model of the
-measured steps around them (store/derive.py), and the stack samples, which tell inside from outside by the model's
-own code objects while the wrappers are out, go on throughout. The wrappers of modules and optimizers are bound
+optimizer call pays a Python wrapper, about 18 µs a step in all on the reference host (benchmarks/agent_overhead.py),
+far above what the agent may cost a fast loop. So the model is timed in bursts: the wrappers are put in place by the
+sender thread for BURST_STEPS measured steps, after which the training thread takes them out itself (at the end of an
+optimizer step, without waiting on any lock), and the sender starts the next burst after a pause long enough that the
+bursts' cost, spread over every step, stays within BUDGET_NS a step, or BUDGET_SHARE of a step's time where that is
+more (slow steps: one long burst, every step measured). Many short bursts rather than a few long ones: the steps
+between them take the share outside the model of the measured steps around them (store/derive.py), which holds
+better the more places it is taken from. The stack samples go on throughout; between bursts they tell inside from
+outside by the model's own code objects. The wrappers of modules and optimizers are bound
 methods of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled model loads without
 them), check ``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only call through: no timing
 code is traced) and are removed when a loader drives the loop again, on ``detach()`` and in forked children.
