@@ -34,6 +34,7 @@ class Row:
     anchor: str = ""  # the side-by-side competitor's figure, measured in the same run
     met: bool | None = None  # None: no target, or not measured
     note: str = ""
+    source: str = ""  # the benchmark that made it (run_all.py: a partial run replaces its own rows)
 
 
 def write_rows(path: str | None, rows: Sequence[Row]) -> None:

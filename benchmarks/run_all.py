@@ -101,6 +101,23 @@ def markdown(rows: list[Row], context: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merged(old: list[Row], fresh: list[Row]) -> list[Row]:
+    """The last run's rows with those of the benchmarks run again (same source, or same figure for rows written before
+    rows named their source) replaced by the fresh ones, in the place of the first of them."""
+    sources = {r.source for r in fresh}
+    figures = {r.figure for r in fresh}
+    out: list[Row] = []
+    placed = False
+    for r in old:
+        if r.source in sources or r.figure in figures:
+            if not placed:
+                out += fresh
+                placed = True
+            continue
+        out.append(r)
+    return out if placed else out + fresh
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--soak-minutes", type=float, default=0.0, help="also a monitor_cost soak of this many minutes")
@@ -118,6 +135,8 @@ def main() -> int:
         got, took = run_one(name, extra, tmp)
         if name == "side_by_side:soak":  # a long window is for RSS; the CPU figures are the short windows'
             got = [r for r in got if "RSS" in r.figure]
+        for r in got:
+            r.source = name
         rows += got
         timings.append(f"{name} {took:.0f} s")
     after = other_load()
@@ -139,8 +158,7 @@ def main() -> int:
     if not args.no_write:
         if args.only and RESULTS_JSON.exists():  # a partial run replaces its own rows among the last full run's
             old_context, old_rows = read_results()
-            fresh = {r.figure for r in rows}
-            rows = [r for r in old_rows if r.figure not in fresh] + rows
+            rows = merged(old_rows, rows)
             context = [*old_context, f"rerun {started} ({', '.join(args.only)}): {context[0]}"]
         write_results(context, rows)
         RESULTS.write_text(markdown(rows, context))
