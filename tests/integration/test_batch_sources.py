@@ -139,7 +139,6 @@ def test_a_fast_loop_is_timed_in_bursts_and_its_wait_holds_against_its_own(addr,
     counted = run["outside_model_steps"]
     assert run["data_wait_measured_as"] == "outside_model" and counted is not None, run
     assert counted["measured"] >= 100 and counted["estimated"] > 3 * counted["measured"], (counted, own)
-    print("fast loop:", run["data_wait_fraction"], own, counted)
     assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
     live = [r["data_wait_fraction"] for t in ticks[-4:] for r in t["runs"] if r["steps"]]
     assert live and all(w is not None and abs(w - own["batch_fraction"]) <= 0.15 for w in live), (live, own)

@@ -397,3 +397,13 @@ def test_outside_messages_are_cleaned():
     }
     assert P.clean_info({"loader": {"id": 2, "kind": "bogus"}})["loader"]["kind"] is None
     assert P.clean_info({"loader": {"id": 2, "kind": "torchdata"}})["loader"]["kind"] == "torchdata"
+
+
+def test_the_calibration_times_copies_that_touch_none_of_the_wrappers_state():
+    state = ("_st", "_live", "_last_end", "_measured", "_span", "_wrapped", "_tid", "_native", "_burst_left")
+    before = {name: list(getattr(_outside, name)) for name in state}
+    _hot.reset_buffer()
+    step_ns, forward_ns = _outside._price()
+    assert step_ns >= 0 and forward_ns >= 0
+    assert {name: list(getattr(_outside, name)) for name in state} == before
+    assert len(_hot.swap_buffer()) == 0  # no record reaches the monitor

@@ -103,89 +103,12 @@ def calibrate(kinds: Iterable[str] = PRICED) -> dict[str, float]:
             out[kind] = _paired(_post_hooks({}), _post_hooks({0: hook}))
         elif kind == "step":
             out[kind] = _paired(_calls(_noop), _calls(_clone(_hot.step, hot_globals)))
-        elif kind in ("outside_step", "outside_forward"):
-            out[kind] = _paired(*_outside_loops(kind, hot_globals))
         elif kind == "gc":
             gc_globals = dict(vars(_gc))
             gc_globals["_hot"] = types.SimpleNamespace(_buf=hot_globals["_buf"])
             info = {"generation": 0, "collected": 0, "uncollectable": 0}
             out[kind] = _paired(_calls(_noop, info), _calls(_clone(_gc._on_gc, gc_globals), info))
     return {k: max(0.0, v) for k, v in out.items()}
-
-
-class _Model:
-    def forward(self, *args: Any) -> None:
-        return None
-
-
-class _Optimizer:
-    def step(self, *args: Any) -> None:
-        return None
-
-    def zero_grad(self, *args: Any) -> None:
-        return None
-
-
-def _outside_loops(kind: str, hot_globals: dict[str, Any]) -> tuple[Callable[[int], None], Callable[[int], None]]:
-    """The bare and the timed loops of a model timed in bursts (agent/_outside.py): ``outside_step``, an optimizer's
-    ``step`` (its K_OUTSIDE record made) and ``zero_grad``; ``outside_forward``, a forward and its backward."""
-    from types import MethodType
-
-    from trainmon.agent import _outside
-
-    globs = dict(vars(_outside))
-    globs.update(
-        _hot=types.SimpleNamespace(span=_clone(_hot.span, hot_globals)),
-        _st=[0, 0, 0, 0],
-        _live=[True],
-        _last_end=[0],
-        _measured=[0],
-        _span=[0],
-        _wrapped=[0, 0],
-        _tid=[0],
-    )
-    timed = _clone(_outside.timed(_noop), globs)
-    model, opt = _Model(), _Optimizer()
-    if kind == "outside_step":
-        for name, fn in (("step", _outside.step), ("zero_grad", _outside.zero_grad)):
-            object.__setattr__(opt, name, MethodType(_clone(fn, globs), opt))
-        globs["_st"][3] = 1  # a forward since the last step: the step makes its record
-        bare_opt = _Optimizer()
-
-        def bare(n: int) -> None:
-            for _ in range(n):
-                _work()
-                bare_opt.step()
-                _work()
-                bare_opt.zero_grad()
-
-        def agent(n: int) -> None:
-            for _ in range(n):
-                _work()
-                opt.step()
-                globs["_st"][3] = 1
-                _work()
-                opt.zero_grad()
-
-        return bare, agent
-    object.__setattr__(model, "forward", MethodType(_clone(_outside.forward, globs), model))
-    bare_model = _Model()
-
-    def bare_fwd(n: int) -> None:
-        for _ in range(n):
-            _work()
-            bare_model.forward(None)
-            _work()
-            _noop(None)
-
-    def agent_fwd(n: int) -> None:
-        for _ in range(n):
-            _work()
-            model.forward(None)
-            _work()
-            timed(None)
-
-    return bare_fwd, agent_fwd
 
 
 def _nexts(it: Any) -> Callable[[int], None]:

@@ -522,10 +522,95 @@ def _thread_cpu_ns(native_id: int) -> int | None:
 
 
 def _price() -> tuple[float, float]:
-    from trainmon.agent._cost import calibrate
+    """A measured step's wrappers timed on their own (the floor of its price): (the optimizer's step and zero_grad, a
+    forward and its backward), in ns, as _cost.py times the other hooks."""
+    from array import array
 
-    prices = calibrate(("outside_step", "outside_forward"))
-    return prices.get("outside_step", 0.0), prices.get("outside_forward", 0.0)
+    from trainmon.agent._cost import _paired
+
+    hot_globals = dict(vars(_hot))
+    hot_globals["_buf"] = array("q")  # the copies write here: nothing reaches the monitor
+    prices = [max(0.0, _paired(*_loops(kind, hot_globals))) for kind in ("step", "forward")]
+    return prices[0], prices[1]
+
+
+class _Model:
+    def forward(self, *args: Any) -> None:
+        return None
+
+
+class _Optimizer:
+    def step(self, *args: Any) -> None:
+        return None
+
+    def zero_grad(self, *args: Any) -> None:
+        return None
+
+
+def _loops(kind: str, hot_globals: dict[str, Any]) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """The bare and the timed loops of the calibration: ``step``, an optimizer's ``step`` (its K_OUTSIDE record made)
+    and ``zero_grad``; ``forward``, a forward and its backward. Copies of the wrappers write to private state."""
+    import types
+
+    from trainmon.agent._cost import _clone, _noop, _work
+
+    globs = dict(globals())
+    globs.update(
+        _hot=types.SimpleNamespace(span=_clone(_hot.span, hot_globals)),
+        _st=[0, 0, 0, 0],
+        _live=[True],
+        _last_end=[0],
+        _measured=[0],
+        _span=[0],
+        _wrapped=[0, 0],
+        _tid=[0],
+        _native=[0],
+        _burst_left=[-1],
+        _burst_cpu=[0, 0],
+        _end_burst=[_no_end],
+    )
+    timed_copy = _clone(timed(_noop), globs)
+    model, opt = _Model(), _Optimizer()
+    if kind == "step":
+        for name, fn in (("step", step), ("zero_grad", zero_grad)):
+            object.__setattr__(opt, name, MethodType(_clone(fn, globs), opt))
+        globs["_st"][3] = 1  # a forward since the last step: the step makes its record
+        bare_opt = _Optimizer()
+
+        def bare(n: int) -> None:
+            for _ in range(n):
+                _work()
+                bare_opt.step()
+                _work()
+                bare_opt.zero_grad()
+
+        def agent(n: int) -> None:
+            for _ in range(n):
+                _work()
+                opt.step()
+                globs["_st"][3] = 1
+                _work()
+                opt.zero_grad()
+
+        return bare, agent
+    object.__setattr__(model, "forward", MethodType(_clone(forward, globs), model))
+    bare_model = _Model()
+
+    def bare_fwd(n: int) -> None:
+        for _ in range(n):
+            _work()
+            bare_model.forward(None)
+            _work()
+            _noop(None)
+
+    def agent_fwd(n: int) -> None:
+        for _ in range(n):
+            _work()
+            model.forward(None)
+            _work()
+            timed_copy(None)
+
+    return bare_fwd, agent_fwd
 
 
 def _unwrapped(fn: Any) -> Iterator[CodeType]:
