@@ -9,6 +9,7 @@ from array import array
 
 import pytest
 
+from testsupport.sampling import sample_both_sides
 from trainmon import protocol as P
 from trainmon.agent._frames import FrameSampler
 from trainmon.diagnose import evaluate
@@ -76,11 +77,7 @@ def test_samples_of_a_real_thread_name_its_batch_function():
     thread.start()
     sampler = FrameSampler(lambda msg: None, [thread.ident or 0], lambda: inside[0], frozenset({model.__code__}))
     try:
-        for _ in range(400):
-            sampler.sample_once()
-            if sampler.samples >= 30 and sampler.model_samples >= 30:
-                break
-            time.sleep(0.002)
+        sample_both_sides(sampler)
     finally:
         stop.set()
         thread.join()

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from testsupport.sampling import sample_both_sides
 from trainmon import protocol as P
 from trainmon.agent import _hot, _outside
 from trainmon.agent._outside import OutsideProbe
@@ -297,11 +298,7 @@ def test_between_bursts_the_stack_samples_tell_the_model_by_its_code():
                 probe._unpatch()  # a pause: no wrapper on the stack
                 probe.measuring = _outside._patched[0] = False
             assert _outside.inside_model() is None
-            for _ in range(400):
-                sampler.sample_once()
-                if sampler.samples >= 30 and sampler.model_samples >= 30:
-                    break
-                time.sleep(0.002)
+            sample_both_sides(sampler)
         finally:
             stop.set()
             thread.join()
