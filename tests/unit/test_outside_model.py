@@ -364,6 +364,24 @@ def test_steps_between_bursts_get_the_measured_steps_share_outside_the_model():
     assert run.wait_source == "outside_model"
 
 
+def test_a_report_says_what_share_of_the_steps_was_timed():
+    from trainmon.report.cells import run_cells
+
+    store = Store(cap=None)
+    store.hello(1, 0.0, {"pid": 10})
+    recs: list[int] = []
+    for k in range(100):  # steps 10-29 timed (a burst), the rest given their share
+        t, end = k * 50 * MS, (k + 1) * 50 * MS
+        if 10 <= k < 30:
+            recs += [P.K_OUTSIDE, t, end - MS, 20 * MS]
+        recs += [P.K_OPT, end, end, 0]
+    store.events(1, 5.0, array("q", recs))
+    summary = run_summary(store.runs[1])
+    assert summary["outside_model_steps"] == {"measured": 20, "estimated": 70}
+    assert summary["data_wait_fraction"] == pytest.approx(0.4, abs=0.01)
+    assert run_cells(summary)[3] == "40.0% (outside model, 22.2% of steps timed)"
+
+
 def test_nothing_measured_is_null_not_zero():
     store = Store(cap=None)
     _loaderless(store, 40, outside_from=40)  # optimizer steps only: the model was never timed

@@ -33,7 +33,13 @@ def _measured_as(run: RunRow) -> str:
     how = run.get("data_wait_measured_as")
     if run["data_wait_fraction"] is None or how in (None, "dataloader", "sampling"):
         return ""
-    return " (outside model)" if how == "outside_model" else f" ({how})"
+    if how != "outside_model":
+        return f" ({how})"
+    counted = run.get("outside_model_steps")
+    if counted and counted["estimated"]:  # timed in bursts: the rest took the measured steps' share
+        timed = counted["measured"] / (counted["measured"] + counted["estimated"])
+        return f" (outside model, {timed:.1%} of steps timed)"
+    return " (outside model)"
 
 
 def run_cells(run: RunRow) -> list[str]:
