@@ -169,7 +169,8 @@ class CostMeter:
         self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported
         self._calls = {"wait": 0, "opt": 0, "step": 0}
         self._outside_ns = 0.0  # the wrappers of a model timed in bursts (agent/_outside.py), at their price a step
-        self._wrapped0 = 0  # agent/_outside.py's count of the steps its wrappers saw
+        outside = sys.modules.get("trainmon.agent._outside")  # its count lives on across detach() and attach()
+        self._wrapped0 = outside._wrapped[0] if outside is not None else 0  # the steps its wrappers saw so far
         self._steps = 0
         self._t0 = 0
         self._cpu0 = 0
