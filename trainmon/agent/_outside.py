@@ -569,48 +569,28 @@ def _loops(kind: str, hot_globals: dict[str, Any]) -> tuple[Callable[[int], None
         _burst_cpu=[0, 0],
         _end_burst=[_no_end],
     )
-    timed_copy = _clone(timed(_noop), globs)
-    model, opt = _Model(), _Optimizer()
+    st = globs["_st"]
+
+    def loop(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable[[int], None]:
+        def calls(n: int) -> None:
+            for _ in range(n):
+                _work()
+                first(None)
+                st[3] = 1  # a forward since the last step: the step makes its record
+                _work()
+                second(None)
+
+        return calls
+
     if kind == "step":
+        opt = _Optimizer()
         for name, fn in (("step", step), ("zero_grad", zero_grad)):
             object.__setattr__(opt, name, MethodType(_clone(fn, globs), opt))
-        globs["_st"][3] = 1  # a forward since the last step: the step makes its record
         bare_opt = _Optimizer()
-
-        def bare(n: int) -> None:
-            for _ in range(n):
-                _work()
-                bare_opt.step()
-                _work()
-                bare_opt.zero_grad()
-
-        def agent(n: int) -> None:
-            for _ in range(n):
-                _work()
-                opt.step()
-                globs["_st"][3] = 1
-                _work()
-                opt.zero_grad()
-
-        return bare, agent
+        return loop(bare_opt.step, bare_opt.zero_grad), loop(opt.step, opt.zero_grad)
+    model = _Model()
     object.__setattr__(model, "forward", MethodType(_clone(forward, globs), model))
-    bare_model = _Model()
-
-    def bare_fwd(n: int) -> None:
-        for _ in range(n):
-            _work()
-            bare_model.forward(None)
-            _work()
-            _noop(None)
-
-    def agent_fwd(n: int) -> None:
-        for _ in range(n):
-            _work()
-            model.forward(None)
-            _work()
-            timed_copy(None)
-
-    return bare_fwd, agent_fwd
+    return loop(_Model().forward, _noop), loop(model.forward, _clone(timed(_noop), globs))
 
 
 def _unwrapped(fn: Any) -> Iterator[CodeType]:
