@@ -174,19 +174,23 @@ def _counts(opt: int, groups: int = 0, waits: int = 0) -> SimpleNamespace:
     return SimpleNamespace(opt=opt, groups=groups, wait={1: waits} if waits else {})
 
 
-def test_the_probe_switches_on_only_for_steps_no_loader_fed():
+def test_the_probe_times_every_loop_and_waits_on_hand_overs_only_where_no_loader_feeds_the_thread():
+    import queue
+
     net = _Net()
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    plain_get = queue.Queue.get
     with _probe() as (probe, _):
-        for _ in range(10):
-            probe.observe(_counts(opt=4, groups=4, waits=4))  # a DataLoader loop: nothing patched, ever
+        probe.observe(_counts(opt=4, groups=4, waits=4))  # a DataLoader loop, fewer steps than ENABLE_AFTER
         assert not probe.on and "forward" not in net.__dict__
-        probe.observe(_counts(opt=3))
-        assert not probe.on
-        probe.observe(_counts(opt=3))  # 6 steps in a row with no batch
-        assert probe.on and "forward" in net.__dict__ and "step" in opt.__dict__
+        probe.observe(_counts(opt=4, groups=4, waits=4))  # 8 steps each after a batch: the model is timed too
+        assert probe.on and probe.fed and "forward" in net.__dict__ and "step" in opt.__dict__
+        assert queue.Queue.get is plain_get  # the loop waits in the DataLoader: no hand-over to time
+        probe.observe(_counts(opt=3))  # steps with no batch on the training thread (a prefetcher's queue)
+        assert probe.on and not probe.fed and queue.Queue.get is not plain_get
         probe.observe(_counts(opt=4, groups=2, waits=2))  # a GAN's two optimizers per batch: a loader drives it
-        assert not probe.on and "forward" not in net.__dict__
+        assert probe.on and probe.fed and queue.Queue.get is plain_get
+    assert queue.Queue.get is plain_get and "forward" not in net.__dict__
 
 
 def _steps(net: _Net, opt: torch.optim.Optimizer, n: int, outside_s: float = 0.001) -> None:
@@ -392,7 +396,16 @@ def test_nothing_measured_is_null_not_zero():
 
 
 def test_outside_messages_are_cleaned():
-    raw = {"outside": {"samples": 12, "model_samples": -3, "hot": [{"name": "get_batch", "line": 7}, 5, {"x": 1}]}}
+    raw = {
+        "outside": {
+            "samples": 12,
+            "model_samples": -3,
+            "hot": [{"name": "get_batch", "line": 7}, 5, {"x": 1}],
+            "tid": 4242,
+            "model_functions": [["GPT.forward", "/src/model.py", 120], ["bad"], [1, 2, 3]],
+            "loop_functions": "nope",
+        }
+    }
     assert P.clean_info(raw) == {
         "outside": {
             "samples": 12,
@@ -406,10 +419,15 @@ def test_outside_messages_are_cleaned():
                     "leaf": "",
                     "leaf_file": "",
                     "loop": False,
+                    "data": False,
                 }
             ],
+            "tid": 4242,
+            "model_functions": [["GPT.forward", "/src/model.py", 120]],
+            "loop_functions": [],
         }
     }
+    assert P.clean_info({"outside": {"tid": -1}})["outside"]["tid"] is None
     assert P.clean_info({"loader": {"id": 2, "kind": "bogus"}})["loader"]["kind"] is None
     assert P.clean_info({"loader": {"id": 2, "kind": "torchdata"}})["loader"]["kind"] == "torchdata"
 

@@ -33,6 +33,7 @@ MAX_DEPTH = 48
 MAX_CHAINS = 2048  # distinct outside stacks kept; past it the rarest half is dropped
 MAX_LOOP = 4096
 MAX_HOT = 8
+MAX_IDENTITIES = 64
 
 
 def _where(code: CodeType) -> tuple[str, str, int]:
@@ -52,12 +53,19 @@ class FrameSampler:
         inside: Callable[[], bool | None],
         own: frozenset[Any],
         rate_hz: float = RATE_HZ,
+        native: list[int] | None = None,
+        model: frozenset[Any] = frozenset(),
+        data: frozenset[Any] = frozenset(),
     ) -> None:
         self.emit = emit
         self.tid = tid
         self.inside = inside
         self.own = own
         self.rate_hz = rate_hz
+        self.native = native or [0]  # the training thread's native id (py-spy names threads by it)
+        self.model = model  # the model's own code objects (not the agent's wrappers): sent so an outside sampler
+        # (the monitor's py-spy, sources/pyspy_outside.py) can tell the model from the rest by name
+        self.data = data  # the agent's wrappers of a batch's wait: a sample under one is the loop waiting for data
         self.samples = 0  # outside the model
         self.model_samples = 0
         self.chains: collections.Counter[tuple[CodeType, ...]] = collections.Counter()
@@ -115,19 +123,21 @@ class FrameSampler:
         if not self.model_samples:
             return []
         loop = self.loop
-        counts: collections.Counter[tuple[CodeType, bool]] = collections.Counter()
-        leaves: dict[tuple[CodeType, bool], collections.Counter[CodeType]] = {}
+        data = self.data
+        counts: collections.Counter[tuple[CodeType, bool, bool]] = collections.Counter()
+        leaves: dict[tuple[CodeType, bool, bool], collections.Counter[CodeType]] = {}
         for chain, n in self.chains.items():
             if not chain:
                 continue
+            waiting = bool(data) and any(code in data for code in chain)
             callee = next((code for code in reversed(chain) if code not in loop), None)
-            key = (chain[0], True) if callee is None else (callee, False)
+            key = (chain[0], True, waiting) if callee is None else (callee, False, waiting)
             counts[key] += n
             leaves.setdefault(key, collections.Counter())[chain[0]] += n
         out = []
-        for (code, in_loop), n in counts.most_common(MAX_HOT):
+        for (code, in_loop, waiting), n in counts.most_common(MAX_HOT):
             name, path, line = _where(code)
-            leaf_name, leaf_path, _ = _where(leaves[(code, in_loop)].most_common(1)[0][0])
+            leaf_name, leaf_path, _ = _where(leaves[(code, in_loop, waiting)].most_common(1)[0][0])
             out.append(
                 {
                     "name": name,
@@ -137,6 +147,7 @@ class FrameSampler:
                     "leaf": leaf_name,
                     "leaf_file": leaf_path,
                     "loop": in_loop,
+                    "data": waiting,
                 }
             )
         return out
@@ -146,4 +157,24 @@ class FrameSampler:
         if now == self.sent:
             return
         self.sent = now
-        self.emit({"outside": {"samples": self.samples, "model_samples": self.model_samples, "hot": self.hot()}})
+        self.emit(
+            {
+                "outside": {
+                    "samples": self.samples,
+                    "model_samples": self.model_samples,
+                    "hot": self.hot(),
+                    "tid": self.native[0] or None,
+                    "model_functions": identities(self.model),
+                    "loop_functions": identities(self.loop),
+                }
+            }
+        )
+
+
+def identities(codes: frozenset[Any] | set[Any]) -> list[list[Any]]:
+    """Code objects as [qualified name, full file name, first line], at most MAX_IDENTITIES of them."""
+    out = []
+    for code in list(codes)[:MAX_IDENTITIES]:
+        if isinstance(code, CodeType):
+            out.append([getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno])
+    return out

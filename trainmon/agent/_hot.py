@@ -8,6 +8,7 @@ record. (``array.extend`` of a 4-tuple converts each item through argument parsi
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -18,6 +19,14 @@ from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP
 _pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
 _buf = array("q")
 _rec = struct.Struct("4q").pack  # native order and size, as array("q") holds them
+_ident = threading.get_ident
+# The thread that trains (steps the optimizer): the main thread until the agent sees another one step
+# (agent/_outside.py). A DataLoader iterated by any other thread feeds a prefetcher, not the loop.
+_train = [threading.main_thread().ident or 0]
+
+
+def on_training_thread() -> bool:
+    return _ident() == _train[0]
 
 
 def swap_buffer() -> array[int]:

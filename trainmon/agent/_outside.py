@@ -1,13 +1,18 @@
-"""Time outside the model, for loops that no loader drives (a ``get_batch`` of their own, as nanoGPT's train.py has).
+"""The model timed in bursts, for every loop: what a step spends in the model, and so what it spends outside it.
 
-Such a loop gives the agent optimizer steps and no ``__next__`` to time, so its data wait would read 0. Once several
-optimizer steps in a row came with no loader batch (the sender thread sees that in the records it collects), the
-agent times the model itself: the forward of each root module holding parameters (the optimizer's first: found once
+A loop fed by a DataLoader on its training thread has its data wait timed exactly at every batch; the rest of its
+step is the model (forward, backward, the optimizer's work) and the loop's own code (metrics, logging, progress bars,
+``.item()``), which only timing the model tells apart. A loop no loader drives on its training thread (a ``get_batch``
+of its own, as nanoGPT's train.py has, or a prefetcher's thread feeding it through a queue: agent/_handover.py) has
+no ``__next__`` of a DataLoader to time at all. Once ENABLE_AFTER optimizer steps came, fed or not (the sender thread
+sees that in the records it collects), the agent times the model itself: the forward of each root module holding
+parameters (the optimizer's first: found once
 from its parameters, by one scan of the garbage collector's objects, so a DDP or ``torch.compile`` wrapper is the
 module timed, never what it wraps), ``torch.autograd.backward``, and the optimizer's work: each optimizer's ``step``
 and ``zero_grad`` and ``torch.nn.utils.clip_grad_norm_``. A step's time outside the model is its span (from the end of
 the previous optimizer step to the start of this one) less the time in all of those inside it; it is sent just before
-the step's ``opt`` record, as a ``K_OUTSIDE`` record.
+the step's ``opt`` record, as a ``K_OUTSIDE`` record. The monitor takes the step's data wait from it where no loader
+fed the step, and its own code (the time outside the model less the data wait) where one did.
 
 Why "step time minus forward, backward and optimizer", not "from optimizer.step to the next forward": nanoGPT fetches
 the next batch right after the forward, inside its gradient-accumulation loop, before backward (so the host prepares
@@ -18,19 +23,19 @@ stack samples of ``_frames.py`` tell apart. On CUDA it is the host's time, which
 (nothing here synchronises); a loop that calls the model inside ``optimizer.step(closure)`` is not measured (its
 forward comes after the step began).
 
-Cost: nothing for loops with a loader (nothing is patched). Once switched on, each forward, backward and
-optimizer call pays a Python wrapper, about 18 µs a step in all on the reference host (benchmarks/agent_overhead.py),
-far above what the agent may cost a fast loop. So the model is timed in bursts: the wrappers are put in place by the
-sender thread for BURST_STEPS measured steps, after which the training thread takes them out itself (at the end of an
-optimizer step, without waiting on any lock), and the sender starts the next burst after a pause long enough that the
-bursts' cost, spread over every step, stays within BUDGET_NS a step, or BUDGET_SHARE of a step's time where that is
-more (slow steps: one long burst, every step measured). Many short bursts rather than a few long ones: the steps
-between them take the share outside the model of the measured steps around them (store/derive.py), which holds
+Cost: once switched on, each forward, backward and optimizer call pays a Python wrapper, about 18 µs a step in all on
+the reference host (benchmarks/agent_overhead.py), far above what the agent may cost a fast loop. So the model is
+timed in bursts: the wrappers are put in place by the sender thread for BURST_STEPS measured steps, after which the
+training thread takes them out itself (at the end of an optimizer step, without waiting on any lock), and the sender
+starts the next burst after a pause long enough that the bursts' cost, spread over every step, stays within BUDGET_NS
+a step (FED_BUDGET_NS where a loader feeds the loop: its wait needs no burst), or BUDGET_SHARE of a step's time where
+that is more (slow steps: one long burst, every step measured). Many short bursts rather than a few long ones: the
+steps between them take the share outside the model of the measured steps around them (store/derive.py), which holds
 better the more places it is taken from. The stack samples go on throughout; between bursts they tell inside from
-outside by the model's own code objects. The wrappers of modules and optimizers are bound
-methods of module-level functions (a ``copy.deepcopy`` of the model rebinds them, a pickled model loads without
-them), check ``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only call through: no timing
-code is traced) and are removed when a loader drives the loop again, on ``detach()`` and in forked children.
+outside by the model's own code objects. The wrappers of modules and optimizers are bound methods of module-level
+functions (a ``copy.deepcopy`` of the model rebinds them, a pickled model loads without them), check
+``torch.compiler.is_compiling()`` first (inside a region dynamo traces they only call through: no timing code is
+traced) and are removed on ``detach()`` and in forked children.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from types import CodeType, MethodType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.agent import _hot
+from trainmon.agent._handover import Handover
 from trainmon.protocol import K_OUTSIDE
 
 if TYPE_CHECKING:
@@ -57,9 +63,24 @@ MAX_ROOTS = 16  # modules timed: those holding the optimizers' parameters first,
 PREV_FORWARD = "_trainmon_forward"  # a module's own instance-level forward (torch.compile's), called by ours
 PREV_STEP = "_trainmon_step"  # an optimizer's own instance-level step (an LR scheduler's wrapper)
 PREV_ZERO = "_trainmon_zero_grad"
+# The functional losses (``nn.CrossEntropyLoss`` and the other loss modules call them): timed as the model's work.
+LOSSES = (
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+)
 BURST_STEPS = 16  # measured steps a burst holds (the training thread ends it after them)
 BUDGET_NS = 500.0  # what the bursts may cost, spread over every step ...
 BUDGET_SHARE = 0.001  # ... or this share of a step's time, where that is more (slow steps: every step measured)
+# A loader-fed loop's data wait is measured exactly at every step: bursts only split the rest into the model and the
+# loop's own code, so they get less of the agent's per-step budget.
+FED_BUDGET_NS = 150.0
 MIN_DUTY = 0.01  # bursts take at least this share of the time, however dear a measured step
 MAX_PAUSE_S = 10.0
 # A measured step's price is the training thread's CPU per step in bursts (read by the thread itself as a burst
@@ -277,6 +298,9 @@ class OutsideProbe:
         self.on = False  # the model's time is being measured (in bursts)
         self.measuring = False  # ... and the wrappers are in place now (a burst)
         self.free_steps = 0  # optimizer steps with no loader batch since the last loader-driven batch
+        self.fed_steps = 0  # optimizer steps each after a loader batch, since the last step with none
+        self.fed = False  # the latest steps were fed by a loader on the training thread
+        self.handover = Handover()
         self.steps_on = 0  # optimizer steps since switched on
         self.tries = 0
         self.retry_at = 0.0
@@ -299,30 +323,48 @@ class OutsideProbe:
         self._undo: list[Callable[[], None]] = []
 
     def observe(self, counts: Any) -> None:
-        """One collected batch's counts (``_sender.Counts``): switch on after ENABLE_AFTER optimizer steps with no
-        loader batch, off once most steps of a batch follow one (several optimizers per batch count as one); while
-        on, end a burst or a pause when its time has come."""
+        """One collected batch's counts (``_sender.Counts``): switch on after ENABLE_AFTER optimizer steps, fed by a
+        loader or not (several optimizers per batch count as one); while on, end a burst or a pause when its time
+        has come, and keep the hand-over wrappers (``_handover.py``) in place while no loader feeds the training
+        thread itself."""
         if not counts.opt:
             return
         waits = sum(counts.wait.values())
         free = counts.opt if not waits else max(0, counts.opt - counts.groups)
-        if waits and counts.groups >= free:
+        fed = bool(waits) and counts.groups >= free
+        if fed:
             self.free_steps = 0
-            if self.on:
-                self.disable()
-            return
-        self.free_steps += free
+            self.fed_steps += counts.opt
+        else:
+            self.free_steps += free
+            self.fed_steps = 0
         if self.on:
+            self.fed = fed
+            self._handover(not fed)
             self.steps_on += counts.opt
             if self.steps_on >= CHECK_AFTER and not _measured[0]:
                 self.disable()  # the forwards timed are not the loop's model: look again later
                 self.retry_at = time.monotonic() + RETRY_S
                 return
+            if _tid[0] and _tid[0] != _hot._train[0]:
+                _hot._train[0] = _tid[0]  # the optimizer steps in another thread than the main one
             self._account(counts.opt)
             self._pace()
             return
-        if self.free_steps >= ENABLE_AFTER and self.tries < MAX_TRIES and time.monotonic() >= self.retry_at:
-            self.enable()
+        ready = self.free_steps >= ENABLE_AFTER or self.fed_steps >= ENABLE_AFTER
+        if ready and self.tries < MAX_TRIES and time.monotonic() >= self.retry_at:
+            self.fed = fed
+            if self.enable():
+                self._handover(not fed)
+
+    def _handover(self, wanted: bool) -> None:
+        if wanted and not self.handover.installed:
+            try:
+                self.handover.install()
+            except Exception:
+                self.handover.uninstall()
+        elif not wanted and self.handover.installed:
+            self.handover.uninstall()
 
     def _account(self, steps: int) -> None:
         """The baseline: the training thread's CPU time per optimizer step over the ticks with no burst in them."""
@@ -374,7 +416,7 @@ class OutsideProbe:
         step_ns = (_span[0] - span0) / measured
         forwards = max(1.0, (_wrapped[1] - fwd0) / measured)
         price = self.step_price_ns = _price_per_step_ns[0] = self._price_per_step(forwards)
-        budget = max(BUDGET_NS, BUDGET_SHARE * step_ns)
+        budget = max(FED_BUDGET_NS if self.fed else BUDGET_NS, BUDGET_SHARE * step_ns)
         self.duty = 1.0 if price <= budget else max(MIN_DUTY, budget / price)
         return self.duty
 
@@ -438,7 +480,9 @@ class OutsideProbe:
             self.steps_on = 0
             from trainmon.agent._frames import FrameSampler  # only now: attach() imports nothing it does not use
 
-            self.sampler = FrameSampler(self.emit, _tid, inside_model, own_codes() | codes)
+            self.sampler = FrameSampler(
+                self.emit, _tid, inside_model, own_codes() | codes, native=_native, model=codes, data=wait_codes()
+            )
             self.sampler.start()
             return True
 
@@ -471,6 +515,8 @@ class OutsideProbe:
                 self._undo.append(_bind(obj, "zero_grad", PREV_ZERO, zero_grad))
         self._time(torch.autograd, "backward")
         self._time(torch.nn.utils, "clip_grad_norm_")
+        for name in LOSSES:  # a loss computed in the loop (``F.cross_entropy(model(x), y)``) is the model's work too
+            self._time(torch.nn.functional, name)
 
     def _time(self, owner: Any, name: str) -> None:
         """``owner.name`` (a module's function, looked up at each call) timed as inside the model."""
@@ -493,6 +539,7 @@ class OutsideProbe:
                 pass
 
     def disable(self) -> None:
+        self.handover.uninstall()
         with self.lock:
             _live[0] = False
             _burst_left[0] = -1
@@ -507,7 +554,8 @@ class OutsideProbe:
     def uninstall(self) -> None:
         """``detach()``, or a forked child (its patches are its own copies): everything undone."""
         self.disable()
-        self.free_steps = 0
+        self.free_steps = self.fed_steps = 0
+        _hot._train[0] = threading.main_thread().ident or 0
 
 
 def _thread_cpu_ns(native_id: int) -> int | None:
@@ -618,7 +666,9 @@ def model_codes(torch: Any, roots: list[Any], optimizers: list[Any]) -> frozense
     for opt in optimizers:
         for name in ("step", "zero_grad"):
             codes.update(_unwrapped(getattr(type(opt), name, None)))
-    for owner, name in ((torch.autograd, "backward"), (torch.nn.utils, "clip_grad_norm_")):
+    timed_fns = [(torch.autograd, "backward"), (torch.nn.utils, "clip_grad_norm_")]
+    timed_fns += [(torch.nn.functional, name) for name in LOSSES]
+    for owner, name in timed_fns:
         fn = getattr(owner, name, None)
         codes.update(_unwrapped(getattr(fn, "__trainmon_original__", fn)))
     module = torch.nn.Module  # a compiled module's forward wraps Module.__call__: any module's call, not the model's
@@ -642,6 +692,26 @@ def _compiling_check(torch: Any) -> Callable[[], bool]:
 def own_codes() -> frozenset[Any]:
     """The code objects of the wrappers above: a stack sample tells by them where the model begins."""
     return frozenset({forward.__code__, step.__code__, zero_grad.__code__, timed(_never).__code__})
+
+
+def _identity(it: Any) -> Any:
+    return it
+
+
+def wait_codes() -> frozenset[Any]:
+    """The code objects of the agent's wrappers of a batch's wait (a DataLoader's ``__next__``, ``agent.loader``'s, a
+    hand-over's): a stack sample with one of them on it is the loop waiting for its data, not its own code."""
+    import types
+
+    from trainmon.agent import _handover, _iterable
+
+    probe = types.SimpleNamespace(begin=None, end=None, drop=None)
+    codes = {
+        _hot.wrap_next(_identity).__code__,
+        _hot.wrap_next_cuda(_identity, probe).__code__,
+        _iterable.LoaderIterator.__next__.__code__,
+    }
+    return frozenset(codes) | _handover.wrapper_codes()
 
 
 def measured() -> int:

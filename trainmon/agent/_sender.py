@@ -72,7 +72,13 @@ class Counts:
 
 def _control_key(msg: dict[str, Any]) -> tuple[Any, ...]:
     """Control messages are re-sent on each connection, only the latest per key (bounded)."""
-    for key, field in (("loader", "id"), ("workers", "loader"), ("name", "id"), ("compile", "frame")):
+    for key, field in (
+        ("loader", "id"),
+        ("workers", "loader"),
+        ("feed", "loader"),
+        ("name", "id"),
+        ("compile", "frame"),
+    ):
         if isinstance(body := msg.get(key), dict):
             return key, body.get(field)
     return tuple(msg)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from trainmon.agent import _hot
 from trainmon.agent._batch import BatchProbe
 from trainmon.agent._import_hook import AfterImport
-from trainmon.protocol import K_ITER_START, K_WAIT
+from trainmon.protocol import K_FEED, K_ITER_START, K_WAIT
 
 if TYPE_CHECKING:
     from trainmon.agent._cuda import ExposedProbe
@@ -31,6 +31,7 @@ class Registry:
         self.next_id = 1
         self.worker_pids: dict[int, list[int]] = {}
         self.configs: dict[int, dict[str, Any]] = {}  # as reported: the measured batch figures are sent with them
+        self.fed: set[int] = set()  # loaders iterated by another thread than the training thread (prefetchers)
         self.on_iter: Callable[[], None] | None = None  # a new iterator started (the batch probe reads its first)
 
     def register_loader(self, config: dict[str, Any]) -> int:
@@ -47,7 +48,10 @@ class Registry:
         knows which processes served which loader when (non-persistent workers change every epoch)."""
         t1 = _hot._pc()
         t0 = t1 if t0 is None else t0
-        it._trainmon_tag = K_WAIT | lid << 8
+        # The tag is taken by the first __next__ (LazyTag): only then is it known which thread iterates it (a
+        # prefetcher makes the iterator in the training thread and iterates it in its own).
+        it.__dict__.pop("_trainmon_tag", None)
+        it._trainmon_lid = lid
         workers = getattr(it, "_workers", None) or []
         pids = [w.pid for w in workers if getattr(w, "pid", None)]
         _hot.span(K_ITER_START, lid, t0, t1, len(pids))
@@ -123,7 +127,9 @@ def iterator_config(it: Any) -> dict[str, Any]:
 
 
 class LazyTag:
-    """Class-level default of ``_trainmon_tag``: registers iterators made before ``attach()``.
+    """Class-level default of ``_trainmon_tag``, read by an iterator's first ``__next__`` (again after each new
+    epoch): ``wait`` records where the training thread iterates it, ``feed`` records where another thread does (a
+    prefetcher's: its waits are the loader's, not the loop's). Registers iterators made before ``attach()``.
 
     A non-data descriptor, so an instance's own ``_trainmon_tag`` wins at no extra cost.
     """
@@ -135,9 +141,17 @@ class LazyTag:
         if it is None:
             return self
         try:
-            lid = self.registry.register_loader(iterator_config(it))
-            self.registry.iter_started(lid, it)
-            return it._trainmon_tag
+            lid = it.__dict__.get("_trainmon_lid")
+            if lid is None:
+                lid = self.registry.register_loader(iterator_config(it))
+                self.registry.iter_started(lid, it)
+            fed = not _hot.on_training_thread()
+            tag = (K_FEED if fed else K_WAIT) | lid << 8
+            it.__dict__["_trainmon_tag"] = tag
+            if fed and lid not in self.registry.fed:
+                self.registry.fed.add(lid)
+                self.registry.emit({"feed": {"loader": lid, "thread": threading.current_thread().name[:80]}})
+            return tag
         except Exception:
             it.__dict__["_trainmon_tag"] = K_WAIT
             return K_WAIT

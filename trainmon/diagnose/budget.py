@@ -72,6 +72,9 @@ class TimeBudget:
     long_steps: dict[str, float] = field(default_factory=dict)  # the long_steps part by cause
     freezes: list[Freeze] = field(default_factory=list)  # the frozen spans, clipped to [start, end]
     trimmed: bool = False  # the run's oldest steps were no longer held: it starts at the oldest one kept
+    # The compute part split: "model" (forward, backward, optimizer) and "own_code" (the loop's own code, where the
+    # agent timed the model; 0 where nothing measured it); they sum to parts["compute"].
+    compute: dict[str, float] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:
@@ -112,9 +115,10 @@ def time_budget(run: Run, end: float, th: Thresholds) -> TimeBudget | None:
     for s, e, label in pieces:
         parts[label] += e - s
     long_steps: dict[str, float] = {}
+    compute = {"model": 0.0, "own_code": 0.0}
     painted = _painted_rows(run, j, pieces)
     if j:
-        _steps_parts(run, j, painted, th, parts, long_steps)
+        _steps_parts(run, j, painted, th, parts, long_steps, compute)
         first, last = steps.start[0], steps.end[j - 1]
     else:
         first = last = t1
@@ -126,7 +130,8 @@ def time_budget(run: Run, end: float, th: Thresholds) -> TimeBudget | None:
     parts["unobserved_after"] = after
     parts["unobserved_gaps"] = outside - painted_outside - before - after
     clipped = [Freeze(max(f.start, t0), min(f.end, t1), f.limit, f.p95, f.resumed) for f in freezes]
-    return TimeBudget(t0, t1, parts, long_steps, clipped, steps.total > len(steps))
+    compute["model"] = max(0.0, parts["compute"] - compute["own_code"])
+    return TimeBudget(t0, t1, parts, long_steps, clipped, steps.total > len(steps), compute)
 
 
 def _layers(run: Run, freezes: list[Freeze]) -> list[tuple[str, list[Span]]]:
@@ -213,12 +218,18 @@ def _painted_rows(run: Run, j: int, pieces: list[Piece]) -> dict[int, float]:
 
 
 def _steps_parts(
-    run: Run, j: int, painted: dict[int, float], th: Thresholds, parts: dict[str, float], long_steps: dict[str, float]
+    run: Run,
+    j: int,
+    painted: dict[int, float],
+    th: Thresholds,
+    parts: dict[str, float],
+    long_steps: dict[str, float],
+    compute: dict[str, float],
 ) -> None:
     """Adds the steps' own time (less what spans took: ``painted``, by row) to warm-up, the steady parts and long
     steps."""
     steps = run.steps
-    dur, wait, comm, warm = steps.dur, steps.wait, steps.comm, steps.warm
+    dur, wait, comm, warm, own = steps.dur, steps.wait, steps.comm, steps.warm, steps.own
     warm_rows = _ones(warm[:j].tobytes())
     steady = array("d", dur[:j])
     for k in reversed(warm_rows):
@@ -235,9 +246,11 @@ def _steps_parts(
     bulk_comm = steps.fsum("comm", 0, j) - math.fsum(comm[k] for k in special)
     w = min(max(0.0, bulk_wait), max(0.0, bulk_dur))
     c = min(max(0.0, bulk_comm), max(0.0, bulk_dur - w))
+    bulk_own = steps.fsum("own", 0, j) - math.fsum(own[k] for k in special)
     parts["data_wait"] += w
     parts["communication"] += c
     parts["compute"] += bulk_dur - w - c
+    compute["own_code"] += min(max(0.0, bulk_own), max(0.0, bulk_dur - w - c))
     evals = _eval_starts(run)
     for k in special:
         lo = max(steps.start[k], steps.end[k - 1]) if k else steps.start[k]
@@ -261,6 +274,7 @@ def _steps_parts(
         parts["data_wait"] += w
         parts["communication"] += c
         parts["compute"] += left - w - c
+        compute["own_code"] += min(own[k] * (left / max(dur[k], 1e-12)), max(0.0, left - w - c))
 
 
 def _ones(flags: bytes) -> list[int]:

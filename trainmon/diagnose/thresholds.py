@@ -46,6 +46,8 @@ class Thresholds:
     host_overhead_gpu_util: float = 70.0
     h2d_pcie_rx_mb_s: float = 1000.0  # host→device traffic that matters when it is not overlapped
     host_overhead_main_cpu: float = 85.0
+    loop_code_share: float = 0.15  # the loop's own code (outside the model and the data wait) this share of the step
+    loop_code_critical_share: float = 0.30
     gpu_mem_pct: float = 95.0
     gpu_busy_pct: float = 50.0  # below this the GPU is not the limit (PyTorch Profiler plugin flags < 50 %)
     gpu_drained_pct: float = 5.0  # the lowest sub-second utilisation sample at or under this: the GPU drained

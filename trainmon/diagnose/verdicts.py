@@ -137,6 +137,12 @@ VERDICTS: tuple[Verdict, ...] = (
         thresholds=("host_overhead_gpu_util", "host_overhead_main_cpu"),
     ),
     Verdict(
+        "host.loop_code",
+        "the loop's own per-step code (metrics, logging, progress bars, .item()) takes a material share of the step",
+        "#1a237e",
+        thresholds=("loop_code_share", "loop_code_critical_share"),
+    ),
+    Verdict(
         "host.sync",
         "the GPU drains every step because the host waits on it (.item(), .cpu(), synchronize)",
         "#3949ab",

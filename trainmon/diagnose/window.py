@@ -177,6 +177,21 @@ class RunWindow:
             return math.nan
         return self.comm_s / self.step_time_s
 
+    def own_fraction(self) -> float:
+        """The loop's own code (``Steps.own``) / step time over the steady steps (nan where the agent never timed the
+        model beside a measured data wait)."""
+        if self._rows is None or not self.steps or self.step_time_s <= 0 or not self.run.deriver.own_steps:
+            return math.nan
+        steps = self._rows[0]
+        key = ("own", steps.total, len(steps), steps.edits)
+        if (hit := self._memo.get("own")) is not None and hit[0] == key:
+            return hit[1]
+        plain = self.plain_rows()
+        own = steps.fsum("own", plain[1], plain[2]) if plain is not None else math.fsum(self._steady((steps.own,))[0])
+        value = min(1.0, own / self.step_time_s)
+        self._memo["own"] = (key, value)
+        return value
+
     @property
     def starving_fraction(self) -> float:
         """The wait that starved the accelerator: the exposed share where measured, else the whole wait."""

@@ -54,6 +54,7 @@ _LOADER_FIELDS: dict[str, type] = {
 }
 LOADER_KINDS = ("dataloader", "torchdata", "iterable")
 MAX_HOT = 16  # functions an ``outside`` message names
+MAX_IDENTITIES = 64  # code objects an ``outside`` message identifies (model, loop)
 FRAMEWORKS = ("transformers", "lightning", "accelerate")
 
 
@@ -173,6 +174,9 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         proc_pids = workers.get("proc_pids")
         if monitor and isinstance(proc_pids, list) and len(proc_pids) == len(pids):
             clean["workers"]["proc_pids"] = [p if _is_int(p) and 0 <= p < 1 << 31 else 0 for p in proc_pids]
+    feed = info.get("feed")
+    if isinstance(feed, dict) and (lid := _loader_id(feed.get("loader"))) is not None:
+        clean["feed"] = {"loader": lid, "thread": str(feed.get("thread") or "")[:80]}
     name = info.get("name")
     if isinstance(name, dict) and _is_int(ident := name.get("id")) and 0 <= ident < MAX_NAMES:
         clean["name"] = {"id": ident, "name": str(name.get("name"))[:200]}
@@ -224,6 +228,7 @@ def _hot_function(raw: object) -> dict[str, Any] | None:
         "leaf": str(raw.get("leaf") or "")[:200],
         "leaf_file": str(raw.get("leaf_file") or "")[:200],
         "loop": raw.get("loop") is True,
+        "data": raw.get("data") is True,
     }
 
 
@@ -235,7 +240,26 @@ def clean_outside(outside: object) -> dict[str, Any] | None:
     hot = outside.get("hot")
     functions = [f for f in map(_hot_function, hot[:MAX_HOT]) if f is not None] if isinstance(hot, list) else []
     samples, model = _count(outside.get("samples")), _count(outside.get("model_samples"))
-    return {"samples": samples, "model_samples": model, "hot": functions}
+    tid = outside.get("tid")
+    return {
+        "samples": samples,
+        "model_samples": model,
+        "hot": functions,
+        "tid": tid if _is_int(tid) and 0 < tid < 1 << 63 else None,
+        "model_functions": _identities(outside.get("model_functions")),
+        "loop_functions": _identities(outside.get("loop_functions")),
+    }
+
+
+def _identities(raw: object) -> list[list[Any]]:
+    """[qualified name, file, first line] of code objects (the agent's _frames.identities), at most MAX_IDENTITIES."""
+    if not isinstance(raw, list):
+        return []
+    out: list[list[Any]] = []
+    for item in raw[:MAX_IDENTITIES]:
+        if isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str):
+            out.append([item[0][:200], item[1][:400], _count(item[2])])
+    return out
 
 
 def _text(value: object, size: int = 200) -> str | None:

@@ -54,6 +54,9 @@ K_OUTSIDE = 12  # a step fed by no loader: t0..t1 = since the last optimizer ste
 K_COMPILE = 13  # a torch.compile compilation: id = frame + 1, t0..t1 = the compilation, value = attempt << 8 | trigger
 K_MEMORY = 14  # CUDA caching allocator, read each sender tick: id = MEMORY_FIELDS index, t0..t1 = since the last read
 K_COST = 15  # the agent's own cost over t0..t1: id = COST_PARTS index, value = ns
+K_FEED = 16  # DataLoader __next__ called by another thread than the training thread (a prefetcher): id = loader id
+K_FEED_END = 17  # that __next__ raised StopIteration: id = loader id
+K_HANDOVER = 18  # the training thread waited for a batch another thread makes: id = HANDOVER_KINDS index, t0..t1
 KIND_NAMES = {
     K_WAIT: "wait",
     K_ITER_END: "iter_end",
@@ -70,7 +73,12 @@ KIND_NAMES = {
     K_COMPILE: "compile",
     K_MEMORY: "memory",
     K_COST: "cost",
+    K_FEED: "feed",
+    K_FEED_END: "feed_end",
+    K_HANDOVER: "handover",
 }
+# The id of a handover record: what the training thread blocked in, inside the batch iterator's ``__next__``.
+HANDOVER_KINDS = ("other", "queue", "future", "mp_queue")
 # The id of a memory record: what its value holds (bytes, on the run's CUDA device).
 MEMORY_FIELDS = (
     "peak_allocated",  # torch.cuda.max_memory_allocated: the peak since the allocator's peak was last reset

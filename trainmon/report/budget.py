@@ -55,6 +55,7 @@ def budget_row(run: Run, first: float, end: float, th: Thresholds) -> TimeBudget
         "wall_s": round(budget.wall_s, 3),
         "parts_s": {k: round(v, 3) for k, v in budget.parts.items()},
         "long_steps_by_cause": {k: round(v, 3) for k, v in sorted(budget.long_steps.items(), key=lambda kv: -kv[1])},
+        "compute_parts_s": {k: round(v, 3) for k, v in budget.compute.items()},
         "freezes": [
             {"t": round(f.start - first, 2), "length_s": round(f.seconds, 2), "resumed": f.resumed}
             for f in budget.freezes

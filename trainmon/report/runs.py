@@ -10,6 +10,7 @@ from trainmon.diagnose.stats import quantile
 from trainmon.numbers import rounded
 from trainmon.report.energy import energy_part
 from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, OutsideModelSteps, RunSummary
+from trainmon.report.step_parts import step_parts
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
 from trainmon.store.store import Store
@@ -71,7 +72,7 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
     wait is the sampled estimate, read from ``store``."""
     steps = run.steps
     durations: list[float] = []
-    wait = total = exposed = exposed_wait = comm = 0.0
+    wait = total = exposed = exposed_wait = comm = own = 0.0
     samples = 0
     for k in range(len(steps)):
         if steps.warm[k]:
@@ -81,6 +82,7 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
         total += d
         wait += steps.wait[k]
         comm += steps.comm[k]
+        own += steps.own[k]
         samples += steps.samples[k]
         if steps.exposed[k] == steps.exposed[k]:  # measured (CUDA)
             exposed += steps.exposed[k]
@@ -114,6 +116,7 @@ def run_summary(run: Run, store: Store | None = None) -> RunSummary:
         "comm_fraction": rounded(comm / total if total > 0 and run.comm_by_op else math.nan, 4),
         "data_wait_measured_as": "sampling" if sampled else run.wait_source,
         "outside_model_steps": outside_model_steps(run) if not sampled else None,
+        "step_parts": None if sampled else step_parts(run, total, wait, comm, own),
         "samples_per_s": rounded(samples_per_s, 2),
         "tokens_per_s": rounded(samples_per_s * per_sample, 1),
         "dataloader": loader_config(train.config if train is not None else {}),

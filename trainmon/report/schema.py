@@ -114,6 +114,9 @@ class RunSummary(EpochRestarts, RunEnergyPart):
     data_wait_measured_as: str | None
     # "outside_model": the steps the agent timed, in bursts, and those between bursts given their share
     outside_model_steps: OutsideModelSteps | None
+    # The steady step split (trainmon.diagnose.own_code.step_parts): data_wait, model, comm, own_code (shares), the
+    # functions holding the own code; None where the agent never timed the model
+    step_parts: dict[str, Any] | None
     samples_per_s: float | None
     tokens_per_s: float | None  # sequence batches: tokens (attention-mask-aware) per second of steady state
     dataloader: LoaderConfig | None
@@ -149,6 +152,9 @@ class TimeBudgetRow(TypedDict):
     wall_s: float
     parts_s: dict[str, float]  # unobserved_before, warmup, data_wait, communication, compute, evaluation, ...
     long_steps_by_cause: dict[str, float]  # the long_steps part: the training's own phase, or "unexplained"
+    # The compute part split into "model" (forward, backward, optimizer) and "own_code" (the loop's own code where the
+    # agent timed the model, else 0): they sum to parts_s["compute"].
+    compute_parts_s: dict[str, float]
     freezes: list[FreezeRow]
     precedence: list[str]
     not_measured: list[str]  # parts the store keeps nothing for (compilation)

@@ -21,6 +21,9 @@ from typing import Protocol
 from trainmon.protocol import (
     COMM_OPS,
     K_CKPT,
+    K_FEED,
+    K_FEED_END,
+    K_HANDOVER,
     K_ITER_END,
     K_ITER_START,
     K_MARK,
@@ -88,6 +91,13 @@ class StepDeriver:
         self.outside_steps = 0  # steps whose data wait is their time outside the model
         self.outside_estimated = 0  # steps between the agent's bursts: their wait from the measured steps' share
         self.outside_share = [0.0, 0.0, 0.0]  # the measured steps' outside time, spans (decayed sums), last end
+        self.cur_handover = 0.0  # ... the training thread's wait for a batch another thread made (agent/_handover.py)
+        self.cur_handover_n = 0
+        self.handover_steps = 0  # steps whose data wait is their hand-over wait
+        self.fed: int | None = None  # the loader a prefetcher's thread iterates (feed records), where one does
+        self.own_steps = 0  # steps whose own code was measured (the model timed, the data wait known)
+        self.own_estimated = 0  # steps between the agent's bursts: their own code from the measured steps' share
+        self.own_share = [0.0, 0.0, 0.0]  # the measured steps' own code, spans (decayed sums), last end
         self.last_end: float | None = None
         self.warm_until = WARMUP_STEPS  # steps before this count are warm-up
         self.seen_any_wait = False
@@ -96,7 +106,9 @@ class StepDeriver:
         self.train_ended = False  # the train loader's iterator ended since the last step
 
     def train_loader(self) -> LoaderInfo | None:
-        return self.loaders.get(self.train) if self.train is not None else None
+        """The loader that feeds the loop: the train loader, else the one a prefetcher's thread iterates for it."""
+        lid = self.train if self.train is not None else self.fed
+        return self.loaders.get(lid) if lid is not None else None
 
     # ------------------------------------------------------------ a run met mid-way (see Store._missed_steps)
 
@@ -149,11 +161,26 @@ class StepDeriver:
             self.run.phases.append((t0, t1, self.run.names.get(tag >> 8, f"phase-{tag >> 8}")))
         elif kind == K_OUTSIDE:
             self.on_outside(t0, t1, value)
+        elif kind == K_HANDOVER:
+            if t1 > t0:
+                self.cur_handover += t1 - t0
+                self.cur_handover_n += 1
+        elif kind == K_FEED:
+            self.fed = lid = bounded(self.loaders, tag >> 8)
+            info = loader_of(self.loaders, lid)
+            info.fed_batches += 1
+            info.fed_wait_s += max(0.0, t1 - t0)
+        elif kind == K_FEED_END:
+            pass  # a prefetcher's loader ended its epoch: the loop learns it from its own iterator
 
     def on_outside(self, t0: float, t1: float, value: int) -> None:
-        """A step no loader fed: its time outside the model (sent just before its optimizer step). The steps no
-        loader fed before the first one were not measured: they become warm-up."""
+        """A step's time outside the model (sent just before its optimizer step). Where no loader fed it, the
+        steps no loader fed before the first one were not measured: they become warm-up."""
         if t1 <= t0 or value < 0:
+            return
+        if self.cur_batches or self.cur_handover_n:  # its data wait is measured: the rest is the loop's own code
+            self.cur_outside += min(value * NS, t1 - t0)
+            self.cur_outside_n += 1
             return
         if not self.outside_steps and not self.cur_outside_n:
             self.steps.mark_warm(0)
@@ -168,6 +195,14 @@ class StepDeriver:
         if span <= 0:
             return 0.0
         return out / span * min(dur, OUTSIDE_LONG * span)
+
+    def own_share_now(self, end: float) -> float:
+        """The measured steps' latest share of their time in the loop's own code, for steps ending at ``end`` that
+        the agent did not time (0 once the last measured step is more than OUTSIDE_GAP_S old)."""
+        own, span, last = self.own_share
+        if span <= 0 or end - last > OUTSIDE_GAP_S:
+            return 0.0
+        return own / span
 
     def add_checkpoint(self, t0: float, t1: float) -> None:
         """One checkpoint may be several saves (model, optimizer, RNG) inside a framework's span: merge
@@ -274,27 +309,50 @@ class StepDeriver:
             self.cur_start = None  # a new epoch: the gap before it is not a step
 
     def close(self, start: float, end: float) -> None:
-        """The step being built ends: a row of the step table, and a fresh step."""
-        train = self.loaders.get(self.train) if self.train is not None else None
+        """The step being built ends: a row of the step table, and a fresh step. A step fed through a hand-over is
+        counted as one batch of the loader a prefetcher iterates, where one does (its row carries that loader)."""
+        handed = not self.cur_batches and self.cur_handover_n and self.fed is not None and self.train is None
+        lid = self.fed if handed else self.train
+        train = self.loaders.get(lid) if lid is not None else None
         batch = train.batch_size if train is not None else None
-        samples = self.cur_batches * batch if isinstance(batch, int) else 0
+        samples = (1 if handed else self.cur_batches) * batch if isinstance(batch, int) else 0
         warm = self.steps.total < self.warm_until
-        wait = min(self.cur_wait, end - start)
-        if self.cur_outside_n and not self.cur_batches:
-            wait = min(self.cur_outside, end - start)  # no loader fed this step: its wait is outside the model
+        dur = end - start
+        wait = min(self.cur_wait, dur)
+        own = 0.0
+        if not self.cur_batches and self.cur_handover_n:
+            wait = min(self.cur_handover, dur)  # the training thread waited for another thread's batch
+            self.handover_steps += 1
+        if self.cur_outside_n and (self.cur_batches or self.cur_handover_n):
+            own = max(0.0, min(self.cur_outside, dur) - wait)  # outside the model, not waiting: the loop's own code
+            self.own_steps += 1
+            share = self.own_share
+            k = OUTSIDE_DECAY if share[1] else 1.0
+            share[0] += (own - share[0]) * k
+            share[1] += (dur - share[1]) * k
+            share[2] = end
+        elif self.cur_outside_n and not self.cur_batches:
+            wait = min(self.cur_outside, dur)  # no loader fed this step: its wait is outside the model
             self.outside_steps += 1
             share = self.outside_share
             k = OUTSIDE_DECAY if share[1] else 1.0  # the first measured step sets them
             share[0] += (wait - share[0]) * k
-            share[1] += (end - start - share[1]) * k
+            share[1] += (dur - share[1]) * k
             share[2] = end
+        elif (self.cur_batches or self.cur_handover_n) and self.own_steps:
+            share_now = self.own_share_now(end)
+            if share_now > 0.0:
+                own = max(0.0, min(share_now * min(dur, OUTSIDE_LONG * self.own_share[1]), dur - wait))
+                self.own_estimated += 1
         elif self.outside_steps and not self.cur_batches and end - self.outside_share[2] <= OUTSIDE_GAP_S:
-            wait = self.estimated_outside(end - start)
+            wait = self.estimated_outside(dur)
             self.outside_estimated += 1
         self.cur_outside = 0.0
         self.cur_outside_n = 0
+        self.cur_handover = 0.0
+        self.cur_handover_n = 0
         covered = self.cur_exposed_wait if self.cur_exposed_wait >= 0 else wait
-        self.steps.add(start, end, wait, samples, warm, self.cur_exposed, self.train or 0, covered, self.cur_comm)
+        self.steps.add(start, end, wait, samples, warm, self.cur_exposed, self.train or 0, covered, self.cur_comm, own)
         self.last_end = end
         self.cur_wait = 0.0
         self.cur_batches = 0

@@ -96,7 +96,9 @@ def fold_next(d: StepDeriver, records: array[int], tags: array[int], lo: int, mi
     if any(map(operator.gt, wait, dur)):
         wait = array("d", map(min, wait, dur))
     batch = train.batch_size
-    d.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
+    d.steps.extend_steady(
+        start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0, d.own_share_now(end[-1])
+    )
     train.batches += m
     train.wait_s = functools.reduce(operator.add, raw_wait, train.wait_s)
     d.last_wait_loader = lid
@@ -124,7 +126,9 @@ def fold_columns(
     # A wait is longer than its step only when it began before the step did (rare): cap those.
     wait = array("d", map(min, raw_wait, dur)) if any(map(operator.gt, raw_wait, dur)) else raw_wait
     batch = train.batch_size
-    d.steps.extend_steady(start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0)
+    d.steps.extend_steady(
+        start, end, dur, wait, batch if isinstance(batch, int) else 0, lid or 0, d.own_share_now(end[-1])
+    )
     train.batches += m
     # In order, one addition at a time, as record by record (sum() compensates from Python 3.12 on).
     train.wait_s = functools.reduce(operator.add, raw_wait, train.wait_s) if exact else sum(raw_wait, train.wait_s)

@@ -24,6 +24,11 @@ class LoaderInfo:
     batches: int = 0
     wait_s: float = 0.0
     iterators: int = 0
+    # Iterated by another thread than the training thread (a prefetcher's): its __next__ time is the loader's own
+    # wait, evidence of how fast it makes batches, never the loop's data wait.
+    fed_by: str | None = None  # that thread's name
+    fed_batches: int = 0
+    fed_wait_s: float = 0.0
     # Each set of workers in the monitor's namespace with when its iterator began (-inf: not told): what the
     # loader's workers were at any time, since non-persistent workers are new processes every epoch.
     generations: list[tuple[float, list[int]]] = field(default_factory=list)

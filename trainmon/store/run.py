@@ -174,11 +174,14 @@ class Run:
     @property
     def wait_source(self) -> str | None:
         """What measures the run's data wait: a loader's ``__next__`` ("dataloader", "torchdata", "iterable"), the
+        training thread's wait for a batch another thread makes ("handover": a prefetcher's queue, a pool's future), the
         latest steps' time outside the model where no loader fed them ("outside_model"), or None (nothing does: a
         loop with no loader whose model the agent does not time; its data wait is unknown, not 0)."""
         if self.deriver.outside_steps and len(self.steps) and self.steps.loader[-1] == 0:
             return "outside_model"
         train = self.train_loader()
+        if self.deriver.handover_steps and (train is None or not train.batches):
+            return "handover"
         if train is not None and train.batches:
             kind = train.config.get("kind")
             return kind if isinstance(kind, str) and kind else "dataloader"
@@ -258,6 +261,10 @@ class Run:
                 else:
                     loader.proc_pids = None
                 loader.add_generation(workers.get("t_ns"), self.pid_namespace == "own")
+        if isinstance(feed := info.get("feed"), dict):
+            lid = _as_int(feed.get("loader"))
+            if lid is not None and bounded(self.loaders, lid) == lid:
+                loader_of(self.loaders, lid).fed_by = str(feed.get("thread") or "another thread")[:80]
         if isinstance(name := info.get("name"), dict):
             ident = _as_int(name.get("id"))
             if ident is not None and (ident in self.names or len(self.names) < MAX_NAMES):

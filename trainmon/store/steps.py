@@ -55,6 +55,7 @@ class Steps:
         "exposed_wait",
         "keep_s",
         "loader",
+        "own",
         "samples",
         "start",
         "total",
@@ -77,6 +78,9 @@ class Steps:
         self.warm = array("b")
         self.loader = array("l")  # the train loader of each step (loaders can change mid-run)
         self.comm = array("d")  # time in collectives (comm records), added to the step that holds each span
+        # The loop's own code: the step's time outside the model less its data wait, where the agent timed the model
+        # (agent/_outside.py); estimated from the measured steps' share between its bursts; 0 where neither told it.
+        self.own = array("d")
         self.total = 0  # steps ever completed (the table itself may be trimmed)
         self.edits = 0  # rows changed in place (a measurement added to a finished step) or cleared
         self.clears = 0  # times the table was emptied (a reader's cache of its rows starts again)
@@ -96,6 +100,7 @@ class Steps:
             self.warm,
             self.loader,
             self.comm,
+            self.own,
         )
 
     def add(
@@ -109,6 +114,7 @@ class Steps:
         loader: int = 0,
         exposed_wait: float = 0.0,
         comm: float = 0.0,
+        own: float = 0.0,
     ) -> None:
         self.start.append(start)
         self.end.append(end)
@@ -120,13 +126,22 @@ class Steps:
         self.warm.append(1 if warm else 0)
         self.loader.append(loader)
         self.comm.append(comm)
+        self.own.append(own)
         self.total += 1
         self.trim()
 
     def extend_steady(
-        self, start: array[float], end: array[float], dur: array[float], wait: array[float], samples: int, loader: int
+        self,
+        start: array[float],
+        end: array[float],
+        dur: array[float],
+        wait: array[float],
+        samples: int,
+        loader: int,
+        own_share: float = 0.0,
     ) -> None:
-        """Append steady-state steps of one loader given as columns (the batch ingest path)."""
+        """Append steady-state steps of one loader given as columns (the batch ingest path); ``own_share``: the
+        share of each step's time the loop's own code is estimated to take (from the steps whose model was timed)."""
         n = len(end)
         self.start.extend(start)
         self.end.extend(end)
@@ -138,6 +153,10 @@ class Steps:
         self.warm.extend(bytes(n))
         self.loader.extend(array("l", [loader]) * n)
         self.comm.extend(array("d", [0.0]) * n)
+        if own_share > 0.0:
+            self.own.extend(array("d", [max(0.0, min(own_share * d, d - w)) for d, w in zip(dur, wait, strict=True)]))
+        else:
+            self.own.extend(array("d", [0.0]) * n)
         self.total += n
         self.trim()
 
@@ -266,8 +285,8 @@ class Steps:
         return c
 
     def fsum(self, column: str, i: int, j: int, *, measured: bool = False) -> float:
-        """``math.fsum`` of a column's rows [i, j) ("comm", "exposed" or "exposed_wait"; with ``measured``, of those
-        not nan), the same float, in O(1) for the blocks of FSUM_BLOCK rows inside the range.
+        """``math.fsum`` of a column's rows [i, j) ("comm", "exposed", "exposed_wait" or "own"; with ``measured``, of
+        those not nan), the same float, in O(1) for the blocks of FSUM_BLOCK rows inside the range.
 
         fsum rounds the exact sum of its inputs once, so the exact sum of the whole blocks may stand for their
         rows: the exact running sum up to each block is kept as a few floats (each fsum's rounding error taken out
@@ -304,7 +323,7 @@ class Steps:
         return e
 
     def _fsum_columns(self) -> dict[str, array[float]]:
-        return {"comm": self.comm, "exposed": self.exposed, "exposed_wait": self.exposed_wait}
+        return {"comm": self.comm, "exposed": self.exposed, "exposed_wait": self.exposed_wait, "own": self.own}
 
     def _changed(self, k: int) -> None:
         """Row ``k`` (of the table) changed in place: its running counts are taken again from it on, its block

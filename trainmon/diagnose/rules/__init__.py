@@ -20,6 +20,7 @@ from trainmon.diagnose.rules.gpu import (
 from trainmon.diagnose.rules.hang import hang, hang_episodes
 from trainmon.diagnose.rules.host import host_memory, host_overhead
 from trainmon.diagnose.rules.input import host_to_device, input_bound
+from trainmon.diagnose.rules.loop_code import loop_code
 from trainmon.diagnose.rules.memory import memory_creep
 from trainmon.diagnose.rules.sampled import sampled_verdict
 from trainmon.diagnose.rules.stalls import checkpoint_stall, periodic_stall
@@ -40,6 +41,7 @@ PER_RUN: tuple[Rule, ...] = (
     periodic_stall,
     host_to_device,
     host_overhead,
+    loop_code,
     gpu_memory,
     memory_creep,
     gpu_throttled,
