@@ -8,8 +8,11 @@ the loop waits on is the hand-over: its iterator's ``__next__`` blocks in ``queu
 DataLoader wait of its own (the sender thread sees that, agent/_outside.py), those three are wrapped at class level:
 called by the training thread from within a batch iterator (a ``__next__``, a ``next`` or a generator frame among
 the few frames above the call), each call is one ``handover`` record with its span; called by any other thread, the
-wrapper is one comparison of thread ids. They are taken out as soon as a DataLoader drives the loop again, on
-``detach()`` and in forked children.
+wrapper is one comparison of thread ids. The first such call also names the iterator's class (the ``self`` of the
+outermost ``__next__`` frame above it, read in the training thread itself): the sender then times that class's
+``__next__`` whole (``iterator`` records: its own bookkeeping, a pool's ``submit``, the wait), and the blocking calls
+inside it record nothing more. A generator has no ``__next__`` of its own to time: its blocking calls stand for it.
+Everything is taken out as soon as a DataLoader drives the loop again, on ``detach()`` and in forked children.
 """
 
 from __future__ import annotations
@@ -38,12 +41,45 @@ def _in_iterator(frame: Any) -> bool:
     return False
 
 
+MAX_CLASSES = 8  # iterator classes whose __next__ is timed whole
+_inside = [0]  # depth of timed iterator __next__ calls on the training thread (their blocking calls record nothing)
+_found: list[type] = []  # iterator classes named by a blocking call, not yet timed (the sender times them)
+_seen: set[type] = set()
+
+
+def _iterator_class(frame: Any) -> type | None:
+    """The class of the outermost ``__next__`` among the DEPTH frames from ``frame`` up (the iterator the loop called),
+    where that ``__next__`` is a Python function of the class itself."""
+    found = None
+    k = 0
+    while frame is not None and k < DEPTH:
+        if frame.f_code.co_name == "__next__":
+            found = frame
+        frame = frame.f_back
+        k += 1
+    if found is None:
+        return None
+    this = found.f_locals.get("self")  # the training thread's own frame, read by that thread
+    cls = type(this)
+    own = cls.__dict__.get("__next__")
+    return cls if getattr(own, "__code__", None) is found.f_code else None
+
+
+def _name(frame: Any) -> None:
+    """Keep the class of the iterator above a blocking call, once (at most MAX_CLASSES of them)."""
+    cls = _iterator_class(frame)
+    if cls is not None and cls not in _seen and len(_seen) < MAX_CLASSES:
+        _seen.add(cls)
+        _found.append(cls)
+
+
 def timed_get(orig: Callable[..., Any], kind: int) -> Callable[..., Any]:
     """A blocking ``get``/``result`` method, timed when the training thread calls it from a batch iterator."""
     ident, train, pc, span, getframe = _hot._ident, _hot._train, _hot._pc, _hot.span, sys._getframe
+    inside = _inside
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if ident() != train[0]:
+        if ident() != train[0] or inside[0]:
             return orig(self, *args, **kwargs)
         t0 = pc()
         try:
@@ -51,8 +87,10 @@ def timed_get(orig: Callable[..., Any], kind: int) -> Callable[..., Any]:
         finally:
             t1 = pc()
             try:
-                if _in_iterator(getframe(1)):
+                caller = getframe(1)
+                if _in_iterator(caller):
                     span(K_HANDOVER, kind, t0, t1)
+                    _name(caller)
             except Exception:
                 pass
 
@@ -62,6 +100,28 @@ def timed_get(orig: Callable[..., Any], kind: int) -> Callable[..., Any]:
     wait.__qualname__ = getattr(orig, "__qualname__", "get")
     wait.__doc__ = orig.__doc__
     return wait
+
+
+def timed_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An iterator class's own ``__next__``, timed whole when the training thread calls it."""
+    ident, train, pc, span = _hot._ident, _hot._train, _hot._pc, _hot.span
+    inside, kind = _inside, HANDOVER_KINDS.index("iterator")
+
+    def __next__(self: Any) -> Any:
+        if ident() != train[0]:
+            return orig(self)
+        inside[0] += 1
+        t0 = pc()
+        try:
+            return orig(self)
+        finally:
+            inside[0] -= 1
+            span(K_HANDOVER, kind, t0, pc())
+
+    __next__.__trainmon_original__ = orig  # type: ignore[attr-defined]
+    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+    __next__.__doc__ = orig.__doc__
+    return __next__
 
 
 def _targets() -> list[tuple[Any, str, int]]:
@@ -82,8 +142,9 @@ def _targets() -> list[tuple[Any, str, int]]:
 class Handover:
     """Puts the wrappers in place (``install``) and takes them out (``uninstall``); from the sender thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, emit: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._undo: list[Callable[[], None]] = []
+        self.emit = emit  # tells the monitor which iterator hands the batches over (INFO "handover")
 
     @property
     def installed(self) -> bool:
@@ -100,7 +161,24 @@ class Handover:
             setattr(cls, name, wrapper)
             self._undo.append(_restore(cls, name, orig, wrapper))
 
+    def adopt(self) -> None:
+        """From the sender thread, while installed: time whole the ``__next__`` of the iterator classes found since."""
+        while _found and self._undo:
+            cls = _found.pop()
+            orig = cls.__dict__.get("__next__")
+            if orig is None or getattr(orig, "__trainmon_original__", None) is not None:
+                continue
+            wrapper = timed_next(orig)
+            setattr(cls, "__next__", wrapper)
+            self._undo.append(_restore(cls, "__next__", orig, wrapper))
+            if self.emit is not None:
+                name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls.__name__)}"
+                self.emit({"handover": {"iterator": name[:200]}})
+
     def uninstall(self) -> None:
+        del _found[:]
+        _seen.clear()
+        _inside[0] = 0
         while self._undo:
             try:
                 self._undo.pop()()
@@ -118,4 +196,8 @@ def _restore(cls: Any, name: str, orig: Any, wrapper: Any) -> Callable[[], None]
 
 def wrapper_codes() -> frozenset[Any]:
     """The wrappers' code object: a stack sample with it on the stack is the loop waiting for its batch."""
-    return frozenset({timed_get(lambda self: None, 0).__code__})
+    return frozenset({timed_get(_identity, 0).__code__, timed_next(_identity).__code__})
+
+
+def _identity(it: Any) -> Any:
+    return it

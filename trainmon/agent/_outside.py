@@ -300,7 +300,7 @@ class OutsideProbe:
         self.free_steps = 0  # optimizer steps with no loader batch since the last loader-driven batch
         self.fed_steps = 0  # optimizer steps each after a loader batch, since the last step with none
         self.fed = False  # the latest steps were fed by a loader on the training thread
-        self.handover = Handover()
+        self.handover = Handover(emit)
         self.steps_on = 0  # optimizer steps since switched on
         self.tries = 0
         self.retry_at = 0.0
@@ -341,6 +341,8 @@ class OutsideProbe:
         if self.on:
             self.fed = fed
             self._handover(not fed)
+            if not fed:
+                self.handover.adopt()
             self.steps_on += counts.opt
             if self.steps_on >= CHECK_AFTER and not _measured[0]:
                 self.disable()  # the forwards timed are not the loop's model: look again later

@@ -76,6 +76,7 @@ def _control_key(msg: dict[str, Any]) -> tuple[Any, ...]:
         ("loader", "id"),
         ("workers", "loader"),
         ("feed", "loader"),
+        ("handover", "iterator"),
         ("name", "id"),
         ("compile", "frame"),
     ):

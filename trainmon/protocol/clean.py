@@ -174,6 +174,9 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         proc_pids = workers.get("proc_pids")
         if monitor and isinstance(proc_pids, list) and len(proc_pids) == len(pids):
             clean["workers"]["proc_pids"] = [p if _is_int(p) and 0 <= p < 1 << 31 else 0 for p in proc_pids]
+    handover = info.get("handover")
+    if isinstance(handover, dict) and isinstance(handover.get("iterator"), str):
+        clean["handover"] = {"iterator": handover["iterator"][:200]}
     feed = info.get("feed")
     if isinstance(feed, dict) and (lid := _loader_id(feed.get("loader"))) is not None:
         clean["feed"] = {"loader": lid, "thread": str(feed.get("thread") or "")[:80]}

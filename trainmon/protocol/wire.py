@@ -78,7 +78,7 @@ KIND_NAMES = {
     K_HANDOVER: "handover",
 }
 # The id of a handover record: what the training thread blocked in, inside the batch iterator's ``__next__``.
-HANDOVER_KINDS = ("other", "queue", "future", "mp_queue")
+HANDOVER_KINDS = ("other", "queue", "future", "mp_queue", "iterator")  # iterator: its whole __next__
 # The id of a memory record: what its value holds (bytes, on the run's CUDA device).
 MEMORY_FIELDS = (
     "peak_allocated",  # torch.cuda.max_memory_allocated: the peak since the allocator's peak was last reset

@@ -69,6 +69,8 @@ class Run:
         # A loop no loader drives: where its time outside the model goes, from the agent's stack samples
         # (INFO "outside", see protocol.clean_outside): {"samples", "model_samples", "hot": [...]}.
         self.outside: dict[str, Any] | None = None
+        # The iterator whose __next__ hands the loop batches another thread made (INFO "handover"), where one does.
+        self.handover_iterator: str | None = None
         self.compiles = Compiles(cap)  # torch.compile's compilations: spans, functions, failed guards
         self.cuda_memory = CudaMemory(cap)  # the CUDA allocator's peaks, read by the agent each tick
         self.agent_cost = AgentCost(cap)  # what the agent itself costs the training
@@ -261,6 +263,8 @@ class Run:
                 else:
                     loader.proc_pids = None
                 loader.add_generation(workers.get("t_ns"), self.pid_namespace == "own")
+        if isinstance(handover := info.get("handover"), dict):
+            self.handover_iterator = str(handover.get("iterator") or "")[:200] or None
         if isinstance(feed := info.get("feed"), dict):
             lid = _as_int(feed.get("loader"))
             if lid is not None and bounded(self.loaders, lid) == lid:

@@ -84,7 +84,8 @@ def measured_as(w: RunWindow) -> str | None:
     """How the window's data wait was measured, where no DataLoader measured it: "outside_model", "torchdata" or
     "iterable"; None for a DataLoader (and for a run whose wait nothing measured)."""
     if w.loader_id is None:
-        return "outside_model" if w.run.wait_source == "outside_model" else None
+        source = w.run.wait_source
+        return source if source in ("outside_model", "handover") else None
     kind = w.loader.get("kind")
     return kind if kind in ("torchdata", "iterable") else None
 
@@ -123,7 +124,9 @@ def batch_source(
         return None
     evidence["measured_as"] = source
     if source == "outside_model":
-        return _outside_model(w, host, th, severity, evidence)
+        return _outside_model(w, host, ev, th, severity, evidence)
+    if source == "handover":
+        return _handover(w, host, ev, th, severity, evidence, idle)
     main_cpu = ev.main.cpu_pct
     evidence["sub_cause"] = "cpu" if is_nan(main_cpu) or main_cpu >= th.worker_busy_pct else "latency"
     return _other_loader(w, host, th, severity, evidence, idle, source)
@@ -134,7 +137,14 @@ def _workers(f: float, host: HostWindow, th: Thresholds) -> int:
     return max(1, min(max(2, math.ceil(f / max(th.advice_min_compute_share, 1 - f))), host.cores))
 
 
-def _outside_model(w: RunWindow, host: HostWindow, th: Thresholds, severity: str, evidence: dict[str, Any]) -> Finding:
+THREADED_CPU_PCT = (
+    110.0  # the main process above this share of a core: its other threads work too (a pool, a prefetcher)
+)
+
+
+def _outside_model(
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any]
+) -> Finding:
     f = w.wait_fraction
     rows, shares, total = attribution(w.run.outside)
     told = total >= MIN_SAMPLES and rows
@@ -165,6 +175,19 @@ def _outside_model(w: RunWindow, host: HostWindow, th: Thresholds, severity: str
     what = f", {data_rows[0]['share']:.0%} of it in {data_rows[0]['function']}" if data_rows and told else ""
     fn = f"{data_rows[0]['function']}()" if data_rows and told else "the batch function"
     n = _workers(f, host, th)
+    main_cpu = ev.main.cpu_pct
+    if not is_nan(main_cpu) and main_cpu >= THREADED_CPU_PCT:
+        evidence["made_in"] = "threads of the main process"
+        return Finding(
+            "input.main_process",
+            severity,
+            f"{f:.0%} of each step is spent outside the model{what}, no DataLoader: the main process runs at "
+            f"{main_cpu:.0f}% of a core, so other threads of it already work on the batches{step}",
+            [],
+            evidence,
+            _threaded_advice(fn, n, main_cpu, host),
+        )
+    evidence["made_in"] = "the training thread"
     return Finding(
         "input.main_process",
         severity,
@@ -189,6 +212,51 @@ def _outside_model(w: RunWindow, host: HostWindow, th: Thresholds, severity: str
                 "a np.memmap, as nanoGPT's prepare.py writes them) so the batch function only slices"
             ),
         ],
+    )
+
+
+def _threaded_advice(fn: str, n: int, main_cpu: float, host: HostWindow) -> list[AdviceItem]:
+    """Advice for batches already made by other threads of the main process (never: prefetch in a thread)."""
+    used = main_cpu / 100.0
+    return [
+        AdviceItem(
+            f"the work already runs in threads ({used:.1f} of {host.cores} cores busy): where it holds the GIL "
+            f"(Python code, PIL without release), move it to worker processes: an IterableDataset iterated by "
+            f"DataLoader(num_workers={n}, persistent_workers=True), or the loader's own processes (DALI's num_threads "
+            "run outside the GIL, FFCV num_workers)",
+            {"num_workers": n},
+            "batches made in parallel with compute, outside the GIL",
+        ),
+        AdviceItem(
+            f"where it releases the GIL (zlib, NumPy, torch ops, reads) and cores are idle, give {fn}'s pool more "
+            "threads and keep more batches in flight (a deeper queue, more futures submitted ahead)"
+        ),
+        AdviceItem("make each batch cheaper: decode smaller, or cache decoded batches"),
+    ]
+
+
+def _handover(
+    w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any], idle: str
+) -> Finding:
+    """The loop waits on a hand-over (a queue, a future, an iterator's ``__next__``) from other threads of the main
+    process, no DataLoader among them: the batches are made there, not in the training thread."""
+    f = w.wait_fraction
+    name = w.run.handover_iterator
+    main_cpu = ev.main.cpu_pct
+    evidence["batch_iterator"] = name
+    evidence["made_in"] = "threads of the main process"
+    step = "" if is_nan(w.step_p50_s) else f"; step p50 {w.step_p50_s * 1e3:.0f} ms"
+    where = f"{name}.__next__" if name else "a hand-over from another thread (a queue, a future)"
+    cpu = f" (the process at {main_cpu:.0f}% of a core)" if not is_nan(main_cpu) else ""
+    fn = name.rsplit(".", 1)[-1] if name else "the batch iterator"
+    return Finding(
+        "input.main_process",
+        severity,
+        f"{f:.0%} of each step waits on {where}{idle}: its batches are made by other threads of the main "
+        f"process{cpu}, and they do not keep up{step}",
+        [],
+        evidence,
+        _threaded_advice(fn, _workers(f, host, th), main_cpu if not is_nan(main_cpu) else 100.0, host),
     )
 
 
