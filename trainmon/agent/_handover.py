@@ -169,7 +169,7 @@ class Handover:
             if orig is None or getattr(orig, "__trainmon_original__", None) is not None:
                 continue
             wrapper = timed_next(orig)
-            setattr(cls, "__next__", wrapper)
+            type.__setattr__(cls, "__next__", wrapper)
             self._undo.append(_restore(cls, "__next__", orig, wrapper))
             if self.emit is not None:
                 name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls.__name__)}"
