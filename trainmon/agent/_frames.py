@@ -63,8 +63,8 @@ class FrameSampler:
         self.own = own
         self.rate_hz = rate_hz
         self.native = native or [0]  # the training thread's native id (py-spy names threads by it)
-        self.model = model  # the model's own code objects (not the agent's wrappers): sent so an outside sampler
-        # (the monitor's py-spy, sources/pyspy_outside.py) can tell the model from the rest by name
+        self.model = model  # the model's own code objects (not the agent's wrappers): sent so a sampler outside the
+        # process can tell the model from the rest by name (nothing in the monitor reads them yet)
         self.data = data  # the agent's wrappers of a batch's wait: a sample under one is the loop waiting for data
         self.samples = 0  # outside the model
         self.model_samples = 0

@@ -29,47 +29,37 @@ ITERATOR_NAMES = frozenset({"__next__", "next", "__iter__"})
 DEPTH = 4  # frames above the blocking call searched for the iterator's
 
 
-def _in_iterator(frame: Any) -> bool:
-    """Whether a batch iterator's frame is among the DEPTH frames from ``frame`` up."""
+MAX_CLASSES = 8  # iterator classes whose __next__ is timed whole
+_inside = [0]  # depth of timed iterator __next__ calls on the training thread (their blocking calls record nothing)
+_found: list[type] = []  # iterator classes named by a blocking call, not yet timed (the sender times them)
+_seen: set[Any] = set()  # the code objects of the __next__ frames already looked at
+
+
+def _iterator_frame(frame: Any) -> tuple[bool, Any]:
+    """(whether a batch iterator's frame is among the DEPTH frames from ``frame`` up, the outermost ``__next__`` frame
+    among them or None)."""
+    inside, outer = False, None
     k = 0
     while frame is not None and k < DEPTH:
         code = frame.f_code
         if code.co_name in ITERATOR_NAMES or code.co_flags & CO_GENERATOR:
-            return True
+            inside = True
+        if code.co_name == "__next__":
+            outer = frame
         frame = frame.f_back
         k += 1
-    return False
-
-
-MAX_CLASSES = 8  # iterator classes whose __next__ is timed whole
-_inside = [0]  # depth of timed iterator __next__ calls on the training thread (their blocking calls record nothing)
-_found: list[type] = []  # iterator classes named by a blocking call, not yet timed (the sender times them)
-_seen: set[type] = set()
-
-
-def _iterator_class(frame: Any) -> type | None:
-    """The class of the outermost ``__next__`` among the DEPTH frames from ``frame`` up (the iterator the loop called),
-    where that ``__next__`` is a Python function of the class itself."""
-    found = None
-    k = 0
-    while frame is not None and k < DEPTH:
-        if frame.f_code.co_name == "__next__":
-            found = frame
-        frame = frame.f_back
-        k += 1
-    if found is None:
-        return None
-    this = found.f_locals.get("self")  # the training thread's own frame, read by that thread
-    cls = type(this)
-    own = cls.__dict__.get("__next__")
-    return cls if getattr(own, "__code__", None) is found.f_code else None
+    return inside, outer
 
 
 def _name(frame: Any) -> None:
-    """Keep the class of the iterator above a blocking call, once (at most MAX_CLASSES of them)."""
-    cls = _iterator_class(frame)
-    if cls is not None and cls not in _seen and len(_seen) < MAX_CLASSES:
-        _seen.add(cls)
+    """Keep the class of the iterator whose ``__next__`` is ``frame``, where that ``__next__`` is a Python function of
+    the class itself: once per code object, at most MAX_CLASSES of them."""
+    code = frame.f_code
+    if code in _seen or len(_seen) >= MAX_CLASSES:
+        return
+    _seen.add(code)
+    cls = type(frame.f_locals.get("self"))  # the training thread's own frame, read by that thread
+    if getattr(cls.__dict__.get("__next__"), "__code__", None) is code:
         _found.append(cls)
 
 
@@ -87,10 +77,11 @@ def timed_get(orig: Callable[..., Any], kind: int) -> Callable[..., Any]:
         finally:
             t1 = pc()
             try:
-                caller = getframe(1)
-                if _in_iterator(caller):
+                inside_iterator, outer = _iterator_frame(getframe(1))
+                if inside_iterator:
                     span(K_HANDOVER, kind, t0, t1)
-                    _name(caller)
+                    if outer is not None:
+                        _name(outer)
             except Exception:
                 pass
 

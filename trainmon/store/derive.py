@@ -310,7 +310,8 @@ class StepDeriver:
 
     def close(self, start: float, end: float) -> None:
         """The step being built ends: a row of the step table, and a fresh step. A step fed through a hand-over is
-        counted as one batch of the loader a prefetcher iterates, where one does (its row carries that loader)."""
+        counted as one batch of the loader a prefetcher iterates, where one does (for its samples; its row carries the
+        train loader, 0 where none)."""
         handed = not self.cur_batches and self.cur_handover_n and self.fed is not None and self.train is None
         lid = self.fed if handed else self.train
         train = self.loaders.get(lid) if lid is not None else None
@@ -326,19 +327,11 @@ class StepDeriver:
         if self.cur_outside_n and (self.cur_batches or self.cur_handover_n):
             own = max(0.0, min(self.cur_outside, dur) - wait)  # outside the model, not waiting: the loop's own code
             self.own_steps += 1
-            share = self.own_share
-            k = OUTSIDE_DECAY if share[1] else 1.0
-            share[0] += (own - share[0]) * k
-            share[1] += (dur - share[1]) * k
-            share[2] = end
+            _decayed(self.own_share, own, dur, end)
         elif self.cur_outside_n and not self.cur_batches:
             wait = min(self.cur_outside, dur)  # no loader fed this step: its wait is outside the model
             self.outside_steps += 1
-            share = self.outside_share
-            k = OUTSIDE_DECAY if share[1] else 1.0  # the first measured step sets them
-            share[0] += (wait - share[0]) * k
-            share[1] += (dur - share[1]) * k
-            share[2] = end
+            _decayed(self.outside_share, wait, dur, end)
         elif (self.cur_batches or self.cur_handover_n) and self.own_steps:
             share_now = self.own_share_now(end)
             if share_now > 0.0:
@@ -402,3 +395,12 @@ class StepDeriver:
                 self.cur_exposed = exposed if self.cur_exposed != self.cur_exposed else self.cur_exposed + exposed
                 if self.cur_exposed_wait >= 0:
                     self.cur_exposed_wait += t1 - t0
+
+
+def _decayed(share: list[float], value: float, dur: float, end: float) -> None:
+    """A measured step's part (``value`` of ``dur`` s, ending at ``end``) into decayed sums [part, span, last end]: the
+    first measured step sets them, each later one moves them by OUTSIDE_DECAY."""
+    k = OUTSIDE_DECAY if share[1] else 1.0
+    share[0] += (value - share[0]) * k
+    share[1] += (dur - share[1]) * k
+    share[2] = end
