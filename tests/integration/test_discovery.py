@@ -325,9 +325,11 @@ def test_the_ranks_of_a_torchrun_job_started_without_trainmon_are_one_job(discov
     try:
         assert launcher.stdout is not None
         ranks: dict[int, int] = {}
+        said: list[str] = []
         while len(ranks) < 2:
             line = launcher.stdout.readline()
-            assert line, "torchrun ended before both ranks started"
+            assert line, f"torchrun ended before both ranks started: {''.join(said)[-2000:]}"
+            said.append(line)
             if (found := re.search(r"start rank=(\d) pid=(\d+)", line)) is not None:
                 ranks[int(found[1])] = int(found[2])
 

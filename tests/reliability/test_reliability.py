@@ -131,7 +131,9 @@ def _flat_rss(test: str, result: dict) -> None:
     )
     assert result["agent"]["dropped_records"] > 1_000_000
     assert growth_mb < 128  # unbounded would be ~80 MB per second of flood
-    assert max(rss[half:]) <= max(rss[:half]) + 16 * 1024  # a plateau, not a slope
+    # A plateau, not a slope: unbounded, the second half would add ~200 MB; the allocator's own slack (a freed
+    # buffer's pages not yet reused) has been seen to add up to 24 MB on a slow host.
+    assert max(rss[half:]) <= max(rss[:half]) + 40 * 1024
 
 
 def test_agent_memory_is_bounded_when_the_monitor_is_absent(sock_dir):

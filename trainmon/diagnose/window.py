@@ -177,18 +177,25 @@ class RunWindow:
             return math.nan
         return self.comm_s / self.step_time_s
 
-    def own_fraction(self) -> float:
-        """The loop's own code (``Steps.own``) / step time over the steady steps (nan where the agent never timed the
-        model beside a measured data wait)."""
+    def own_fraction(self, long_step_s: float = math.inf) -> float:
+        """The loop's own code (``Steps.own``) / step time over the steady steps no longer than ``long_step_s`` (the
+        per-step work: an eval every N steps or a collection's pause is a long step, judged as a stall; nan where the
+        agent never timed the model beside a measured data wait)."""
         if self._rows is None or not self.steps or self.step_time_s <= 0 or not self.run.deriver.own_steps:
             return math.nan
         steps = self._rows[0]
-        key = ("own", steps.total, len(steps), steps.edits)
+        key = ("own", steps.total, len(steps), steps.edits, long_step_s)
         if (hit := self._memo.get("own")) is not None and hit[0] == key:
             return hit[1]
         plain = self.plain_rows()
         own = steps.fsum("own", plain[1], plain[2]) if plain is not None else math.fsum(self._steady((steps.own,))[0])
-        value = min(1.0, own / self.step_time_s)
+        time = self.step_time_s
+        if math.isfinite(long_step_s):
+            offset = steps.total - len(steps)
+            long_rows = [(g - offset, d) for g, d in self._long_rows(long_step_s) if g >= offset]
+            own -= math.fsum(steps.own[i] for i, _ in long_rows)
+            time -= math.fsum(d for _, d in long_rows)
+        value = min(1.0, max(0.0, own) / time) if time > 0 else math.nan
         self._memo["own"] = (key, value)
         return value
 

@@ -327,7 +327,8 @@ class StepDeriver:
         if self.cur_outside_n and (self.cur_batches or self.cur_handover_n):
             own = max(0.0, min(self.cur_outside, dur) - wait)  # outside the model, not waiting: the loop's own code
             self.own_steps += 1
-            _decayed(self.own_share, own, dur, end)
+            if not self.own_share[1] or dur <= OUTSIDE_LONG * self.own_share[1]:
+                _decayed(self.own_share, own, dur, end)  # a long step (an eval, a collection) says nothing of the rest
         elif self.cur_outside_n and not self.cur_batches:
             wait = min(self.cur_outside, dur)  # no loader fed this step: its wait is outside the model
             self.outside_steps += 1

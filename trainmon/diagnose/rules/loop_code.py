@@ -56,7 +56,9 @@ def own_code_functions(run: Run, limit: int = 5) -> tuple[list[dict[str, Any]], 
 
 def loop_code(ctx: RuleContext) -> Finding | None:
     w, th = ctx.w, ctx.th
-    f = w.own_fraction()
+    if is_nan(w.step_p50_s):
+        return None
+    f = w.own_fraction(w.step_p50_s * th.long_step_factor)  # per-step work: long steps are stalls, judged as such
     if is_nan(f) or f < th.loop_code_share:
         return None
     functions, samples, source = own_code_functions(w.run)
