@@ -34,6 +34,7 @@ from trainmon.sources.gpu import GpuSource
 from trainmon.sources.host import HostSource
 from trainmon.sources.procs import ProcSource
 from trainmon.sources.self_cost import SelfCostSource
+from trainmon.sources.timed_stacks import TimedAttribution
 from trainmon.sources.unattached import UnattachedRuns
 from trainmon.store.agent_cost import live_per_step, per_step_text
 from trainmon.store.store import Ingest, Store
@@ -115,6 +116,7 @@ class Monitor:
         nvml_module: Any = None,
         dump_on_critical: bool = True,
         discover: bool | None = None,
+        timed_stacks: bool = True,
     ) -> None:
         self.interval = interval
         self.thresholds = thresholds or Thresholds()
@@ -144,6 +146,10 @@ class Monitor:
             if dump_on_critical
             else None
         )
+        # py-spy samples of an attached run's training thread where its steps spend time outside the model or in its
+        # own code: the functions named by time, not by the GIL (sources/timed_stacks.py). Only with the host's
+        # own sources: a monitor fed by given sources (tests, replays) samples nothing it was not given.
+        self.timed_stacks = TimedAttribution(self.ingest.info) if self.procs is not None and timed_stacks else None
         self.findings: list[Finding] = []
         self.last_snapshot: Snapshot | None = None
         self.listeners: list[Callable[[Snapshot], None]] = []
@@ -246,6 +252,8 @@ class Monitor:
             self._thread.join(timeout=5.0)
         if self.autodump is not None:
             self.autodump.close()
+        if self.timed_stacks is not None:
+            self.timed_stacks.close()
         if self.agents is not None:
             self.agents.stop()
         for source in self.sources:
@@ -276,6 +284,8 @@ class Monitor:
             self.procs.set_fast(states_matter(self.findings, verdict))
         if self.autodump is not None:
             self.autodump.consider(self.store, t, self.findings)
+        if self.timed_stacks is not None:
+            self.timed_stacks.consider(self.store, t)
         snap = Snapshot(t, self.run_statuses(t), verdict, self.findings, values)
         self.last_snapshot = snap
         for listener in list(self.listeners):

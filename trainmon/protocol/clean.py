@@ -152,8 +152,9 @@ def _loader_id(value: object) -> int | None:
 def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]:
     """The known INFO keys with their expected types; everything else dropped (see docs/protocol.md).
 
-    ``workers.proc_pids`` (the workers' pids in the monitor's pid namespace) is the monitor's own: kept,
-    cleaned, only with ``monitor=True`` (a recording the monitor wrote)."""
+    ``workers.proc_pids`` (the workers' pids in the monitor's pid namespace) and ``outside_timed`` (its py-spy
+    samples of the training thread) are the monitor's own: kept, cleaned, only with ``monitor=True`` (a recording
+    the monitor wrote)."""
     clean: dict[str, Any] = {}
     loader = info.get("loader")
     if isinstance(loader, dict) and (lid := _loader_id(loader.get("id"))) is not None:
@@ -200,6 +201,8 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
         clean["framework"] = {"name": framework["name"], "version": str(version)[:40] if version else None}
     if (outside := clean_outside(info.get("outside"))) is not None:
         clean["outside"] = outside
+    if monitor and (timed := clean_outside(info.get("outside_timed"))) is not None:
+        clean["outside_timed"] = timed  # the monitor's py-spy samples (sources/timed_stacks.py), never the wire's
     if (compiled := clean_compile(info.get("compile"))) is not None:
         clean["compile"] = compiled
     if (breaks := clean_graph_breaks(info.get("graph_breaks"))) is not None:

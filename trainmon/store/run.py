@@ -13,6 +13,7 @@ from typing import Any
 
 from trainmon.labels import main_role, run_label
 from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, K_OPT, K_STEP, K_WAIT
+from trainmon.protocol.clean import clean_outside
 from trainmon.store import watched
 from trainmon.store.agent_cost import AgentCost
 from trainmon.store.compiles import Compiles
@@ -69,6 +70,9 @@ class Run:
         # A loop no loader drives: where its time outside the model goes, from the agent's stack samples
         # (INFO "outside", see protocol.clean_outside): {"samples", "model_samples", "hot": [...]}.
         self.outside: dict[str, Any] | None = None
+        # The same, from the monitor's py-spy samples of the training thread (sources/timed_stacks.py): weighted by
+        # time, not by the interpreter lock (INFO "outside_timed", with "source": "py-spy").
+        self.outside_timed: dict[str, Any] | None = None
         # The iterator whose __next__ hands the loop batches another thread made (INFO "handover"), where one does.
         self.handover_iterator: str | None = None
         self.compiles = Compiles(cap)  # torch.compile's compilations: spans, functions, failed guards
@@ -285,6 +289,8 @@ class Run:
             self.hello = {**self.hello, **ident, "global_rank": ident.get("rank")}
         if isinstance(outside := info.get("outside"), dict):
             self.outside = outside
+        if (timed := clean_outside(info.get("outside_timed"))) is not None:
+            self.outside_timed = timed | {"source": "py-spy"}
         watched.apply_info(self, info)  # torch.compile's compilations, the CUDA device's memory
         if (dump := clean_stacks(info.get("stacks"))) is not None:
             self.stack_dumps.append(dump)

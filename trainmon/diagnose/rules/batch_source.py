@@ -21,6 +21,7 @@ from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
+from trainmon.store.run import Run
 
 MIN_SAMPLES = 10  # outside samples before their split is told
 DATA_SHARE = 0.5  # at least this share of the outside samples in data work (or too few samples): input-bound
@@ -70,6 +71,8 @@ KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 def kind_of(entry: dict[str, Any]) -> str:
     """What a hot function outside the model does: data, logging, metrics, checkpoint, loop (the loop's own code
     and the optimizer's housekeeping) or other."""
+    if entry.get("data"):
+        return "data"  # sampled under a batch's wait (a DataLoader, a hand-over): the data wait, whatever its name
     if entry.get("loop"):
         return "loop"
     words = re.findall(r"[a-z]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", str(entry.get("name", ""))).lower())
@@ -88,6 +91,23 @@ def measured_as(w: RunWindow) -> str | None:
         return source if source in ("outside_model", "handover") else None
     kind = w.loader.get("kind")
     return kind if kind in ("torchdata", "iterable") else None
+
+
+TIME_WEIGHTED = ("py-spy",)  # sample sources that are not biased by the interpreter lock
+
+
+def outside_samples(run: Run) -> dict[str, Any] | None:
+    """The run's stack samples of its time outside the model: the monitor's py-spy samples (weighted by time) once
+    they hold MIN_SAMPLES outside samples, else the agent's in-process ones (biased by the GIL)."""
+    timed = run.outside_timed
+    if timed and int(timed.get("samples") or 0) >= MIN_SAMPLES and timed.get("hot"):
+        return timed
+    return run.outside
+
+
+def samples_source(outside: dict[str, Any] | None) -> str | None:
+    """Where ``outside``'s samples come from: "py-spy", "in-process", or None (no samples)."""
+    return (outside or {}).get("source") or ("in-process" if outside else None)
 
 
 def attribution(outside: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, float], int]:
@@ -146,29 +166,37 @@ def _outside_model(
     w: RunWindow, host: HostWindow, ev: Evidence, th: Thresholds, severity: str, evidence: dict[str, Any]
 ) -> Finding:
     f = w.wait_fraction
-    rows, shares, total = attribution(w.run.outside)
+    outside = outside_samples(w.run)
+    source = samples_source(outside)
+    rows, shares, total = attribution(outside)
     told = total >= MIN_SAMPLES and rows
     top = rows[0] if told else None
     data_rows = [r for r in rows if r["kind"] == "data"]
     evidence |= {
         "outside_model_fraction": round(f, 4),
         "outside_samples": total,
-        "model_samples": (w.run.outside or {}).get("model_samples", 0),
+        "samples_source": source,
+        "model_samples": (outside or {}).get("model_samples", 0),
         "outside_hot": rows[:5],
         "outside_by_kind": shares,
         "batch_function": data_rows[0]["function"] if data_rows and told else None,
     }
     step = "" if is_nan(w.step_p50_s) else f"; step p50 {w.step_p50_s * 1e3:.0f} ms"
     if top is not None and shares.get("data", 0.0) < DATA_SHARE and top["kind"] != "data":
+        if source in TIME_WEIGHTED:
+            where = f"mostly in {top['function']} ({top['where']}, {top['kind']}: {top['share']:.0%} of that time)"
+            first = AdviceItem(f"make {top['function']} cheaper or run it less often (every N steps, not every step)")
+        else:  # the agent's in-process samples under-count pure-Python code: they cannot name the function
+            where = "its functions not named (only in-process stack samples, biased by the GIL)"
+            first = AdviceItem("press d on the main process to see where its time goes (py-spy)")
         return Finding(
             "host.overhead",
             severity,
-            f"{f:.0%} of each step is spent outside the model, mostly in {top['function']} ({top['where']}, "
-            f"{top['kind']}: {top['share']:.0%} of that time), not in preparing batches{step}",
+            f"{f:.0%} of each step is spent outside the model, {where}, not in preparing batches{step}",
             [],
             evidence,
             [
-                AdviceItem(f"make {top['function']} cheaper or run it less often (every N steps, not every step)"),
+                first,
                 AdviceItem("move logging and metrics off the step: accumulate on the device, read back every N steps"),
             ],
         )

@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from trainmon.diagnose.findings import AdviceItem, Finding
-from trainmon.diagnose.rules.batch_source import attribution
+from trainmon.diagnose.rules.batch_source import TIME_WEIGHTED, attribution, outside_samples, samples_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.numbers import is_nan, rounded
 from trainmon.store.run import Run
 
-TIME_WEIGHTED = ("py-spy",)  # sample sources that are not biased by the interpreter lock
 MIN_SAMPLES = 10  # own-code samples before a function is named
 
 
@@ -32,9 +31,9 @@ def own_code_measured(run: Run) -> bool:
 def own_code_functions(run: Run, limit: int = 5) -> tuple[list[dict[str, Any]], int, str | None]:
     """(the functions holding the loop's own time, each with its share of it, the samples they rest on, the
     samples' source: "py-spy", "in-process" or None)."""
-    outside = getattr(run, "outside_timed", None) or run.outside
+    outside = outside_samples(run)
     rows, _, _ = attribution(outside)
-    source = (outside or {}).get("source") or ("in-process" if outside else None)
+    source = samples_source(outside)
     total = int((outside or {}).get("samples") or 0)
     own = [r for r in rows if r["kind"] != "data"]
     data_share = sum(r["share"] for r in rows if r["kind"] == "data")
