@@ -118,8 +118,11 @@ def test_what_a_hot_function_does(entry: dict, kind: str):
 # ---------------------------------------------------------------- the diagnosis
 
 
-def _run(store: Store, outside_ms: float, hot: list[dict] | None = None, steps: int = 200) -> Store:
-    """A loop no loader feeds: 50 ms steps told ``outside_ms`` outside the model, host figures every second."""
+def _run(
+    store: Store, outside_ms: float, hot: list[dict] | None = None, steps: int = 200, timed: bool = True
+) -> Store:
+    """A loop no loader feeds: 50 ms steps told ``outside_ms`` outside the model, host figures every second; ``hot``
+    the functions of its samples outside the model: the monitor's py-spy samples (``timed``) or the agent's."""
     store.hello(1, 0.0, {"pid": 10})
     recs: list[int] = []
     t = 0
@@ -129,7 +132,9 @@ def _run(store: Store, outside_ms: float, hot: list[dict] | None = None, steps: 
         t = end
     store.events(1, t / 1e9, array("q", recs))
     if hot is not None:
-        store.info(1, t / 1e9, P.clean_info({"outside": {"samples": 100, "model_samples": 120, "hot": hot}}))
+        key = "outside_timed" if timed else "outside"
+        msg = {key: {"samples": 100, "model_samples": 120, "hot": hot}}
+        store.info(1, t / 1e9, P.clean_info(msg, monitor=True))
     for k in range(int(t / 1e9) + 1):
         store.sample(float(k), {"cpu.busy": 40.0, "cpu.iowait": 0.0, "cpu.cores": 8.0, "proc.10.cpu_pct": 99.0})
     return store
@@ -160,6 +165,25 @@ def test_logging_outside_the_model_is_host_overhead_not_input():
     log = {"name": "log_metrics", "file": "x/train.py", "line": 40, "samples": 80, "leaf": "write"}
     f = evaluate(_run(Store(cap=None), 20.0, [log, {**GET_BATCH, "samples": 20}]), 10.0)[0]
     assert f.code == "host.overhead" and "log_metrics" in f.summary and "logging" in f.summary
+    assert f.evidence["samples_source"] == "py-spy"
+
+
+def test_samples_biased_by_the_gil_name_no_function():
+    log = {"name": "log_metrics", "file": "x/train.py", "line": 40, "samples": 80, "leaf": "write"}
+    f = evaluate(_run(Store(cap=None), 20.0, [log, {**GET_BATCH, "samples": 20}], timed=False), 10.0)[0]
+    assert f.code == "host.overhead" and "log_metrics" not in f.summary and "biased by the GIL" in f.summary
+    assert f.evidence["samples_source"] == "in-process" and f.evidence["outside_hot"][0]["function"] == "log_metrics"
+    g = evaluate(_run(Store(cap=None), 20.0, [GET_BATCH, LOOP], timed=False), 10.0)[0]
+    assert g.code == "input.main_process" and "get_batch" not in g.summary + g.advice[0]
+
+
+def test_time_weighted_samples_are_taken_over_the_agents_own():
+    store = _run(Store(cap=None), 20.0, [GET_BATCH, LOOP], timed=False)
+    log = {"name": "log_metrics", "file": "x/train.py", "line": 40, "samples": 80, "leaf": "write"}
+    msg = {"outside_timed": {"samples": 100, "model_samples": 120, "hot": [log]}}
+    store.info(1, 10.0, P.clean_info(msg, monitor=True))
+    f = evaluate(store, 10.0)[0]
+    assert f.code == "host.overhead" and "log_metrics" in f.summary
 
 
 def test_a_cheap_get_batch_stays_compute_bound_with_its_wait_told():

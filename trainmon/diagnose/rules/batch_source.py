@@ -200,8 +200,9 @@ def _outside_model(
                 AdviceItem("move logging and metrics off the step: accumulate on the device, read back every N steps"),
             ],
         )
-    what = f", {data_rows[0]['share']:.0%} of it in {data_rows[0]['function']}" if data_rows and told else ""
-    fn = f"{data_rows[0]['function']}()" if data_rows and told else "the batch function"
+    named = data_rows and told and source in TIME_WEIGHTED  # the in-process samples' shares lean with the GIL
+    what = f", {data_rows[0]['share']:.0%} of it in {data_rows[0]['function']}" if named else ""
+    fn = f"{data_rows[0]['function']}()" if named else "the batch function"
     n = _workers(f, host, th)
     main_cpu = ev.main.cpu_pct
     if not is_nan(main_cpu) and main_cpu >= THREADED_CPU_PCT:
