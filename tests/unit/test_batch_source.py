@@ -118,9 +118,7 @@ def test_what_a_hot_function_does(entry: dict, kind: str):
 # ---------------------------------------------------------------- the diagnosis
 
 
-def _run(
-    store: Store, outside_ms: float, hot: list[dict] | None = None, steps: int = 200, timed: bool = True
-) -> Store:
+def _run(store: Store, outside_ms: float, hot: list[dict] | None = None, steps: int = 200, timed: bool = True) -> Store:
     """A loop no loader feeds: 50 ms steps told ``outside_ms`` outside the model, host figures every second; ``hot``
     the functions of its samples outside the model: the monitor's py-spy samples (``timed``) or the agent's."""
     store.hello(1, 0.0, {"pid": 10})
