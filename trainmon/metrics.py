@@ -270,6 +270,7 @@ PROC = Family(
         "wchar_mb_s": Field("MiB/s", "bytes passed to write()"),
         "runq_wait_ms_s": Field("ms/s", "time runnable but waiting for a core"),
         "net_wait": Field("share", "worker seen waiting on the network (socket, network filesystem), not running"),
+        "queue_wait": Field("share", "worker seen waiting on its index queue (ahead of the loop), not running"),
         "wait_unresolved": Field("share", "worker seen blocked where the kernel did not tell on what (poll, epoll)"),
         "net_sockets": Field("count", "network (not unix) sockets open in the worker, inherited ones included"),
         "cpu_usable": Field("cores", "cores a main process may use: min(CPU affinity, cgroup CPU quota)"),

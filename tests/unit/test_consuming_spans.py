@@ -126,6 +126,31 @@ def test_a_loop_blocked_in_its_waits_waits_on_its_workers() -> None:
     assert f.code == "input.too_few_workers" and f.evidence["sub_cause"] == "latency"
 
 
+def test_a_worker_waiting_on_its_index_queue_is_ahead_and_a_modest_wait_is_healthy() -> None:
+    """A cache that warmed: the worker has its batches ready and waits to be asked for more (its main thread blocked
+    on the index queue's pipe 90 % of the looks); the loop waits 8 % of each step taking them in. Not latency, not too
+    few workers: the compute is the limit."""
+    store = _steady(cpu=8.0, state_r=0.05, wait_ms=4.0, queue_wait=0.9)
+    codes = [f.code for f in evaluate(store, 20.0)]
+    assert "input.too_few_workers" not in codes and codes[0] == "ok.compute_bound", codes
+    (ok,) = [f for f in evaluate(store, 20.0) if f.code == "ok.compute_bound"]
+    assert ok.evidence["workers_ahead"] == 0.9 and "ahead" in ok.summary
+
+
+def test_a_large_wait_beside_workers_ahead_is_the_main_process_taking_batches_in() -> None:
+    store = _steady(cpu=8.0, state_r=0.05, wait_ms=25.0, main_state_r=0.5, queue_wait=0.9)
+    f = _input(store)
+    assert f.code == "input.main_process" and f.evidence["sub_cause"] == "receive", f.summary
+    assert "index queue 90%" in f.summary and "keep num_workers at 1" in f.advice[0]
+
+
+def test_a_worker_blocked_elsewhere_than_its_index_queue_is_latency_bound() -> None:
+    store = _steady(cpu=8.0, state_r=0.05, wait_ms=25.0, main_state_r=0.5, queue_wait=0.0)
+    f = _input(store)
+    assert f.code == "input.too_few_workers" and f.evidence["sub_cause"] == "latency"
+    assert f.evidence["workers_ahead"] == 0.0
+
+
 def test_coverage_weighs_each_sample_by_its_time_outside_the_holes() -> None:
     cov = Coverage([(1.5, 2.0), (3.0, 4.0)])
     assert cov.weights([1.0, 2.0, 3.0, 4.0, 5.0], 0.0) == [1.0, 0.5, 1.0, 0.0, 1.0]
@@ -133,8 +158,16 @@ def test_coverage_weighs_each_sample_by_its_time_outside_the_holes() -> None:
     assert not Coverage([])
 
 
-def _steady(*, cpu: float, state_r: float | None, wait_ms: float = 40.0, main_state_r: float | None = None) -> Store:
-    """One worker, 50 ms steps waiting ``wait_ms`` each for 20 s, on 2 cores with room."""
+def _steady(
+    *,
+    cpu: float,
+    state_r: float | None,
+    wait_ms: float = 40.0,
+    main_state_r: float | None = None,
+    queue_wait: float | None = None,
+) -> Store:
+    """One worker, 50 ms steps waiting ``wait_ms`` each for 20 s, on 2 cores with room; ``queue_wait``: the share of
+    looks that found the worker's main thread waiting on its index queue."""
     store = Store(cap=None, series_keep_s=None)
     store.hello(1, 0.0, {"pid": 10})
     store.info(1, 0.0, {"loader": {"id": 1, "batch_size": 32, "num_workers": 1, "persistent_workers": True}})
@@ -159,6 +192,8 @@ def _steady(*, cpu: float, state_r: float | None, wait_ms: float = 40.0, main_st
             values[f"proc.{WORKER}.state_main_R"] = state_r
         if main_state_r is not None:
             values["proc.10.state_main_R"] = main_state_r
+        if queue_wait is not None:
+            values[f"proc.{WORKER}.queue_wait"] = queue_wait
         store.sample(float(s), values)
     return store
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources.sockets import NET, OTHER, UNKNOWN, NetWaits
+from trainmon.sources.sockets import NET, OTHER, QUEUE, UNKNOWN, NetWaits
 
 PID = 300
 UNIX_INODE, TCP_INODE, NETLINK_INODE = 5001, 5002, 5003
@@ -90,16 +90,16 @@ def classify(root: Path, syscall: str, *, arch: str = "x86_64", wchan: str = "0"
         (call(42, 4, 0x1000, 16), NET),  # connect() still in progress
         (call(45, 3, 0x1000, 65536), OTHER),  # recvfrom on a unix socket (resource_sharer, DataLoader queues)
         (call(45, 8, 0x1000, 65536), OTHER),  # a netlink socket
-        (call(0, 5, 0x1000, 4), OTHER),  # a pipe (a multiprocessing queue)
+        (call(0, 5, 0x1000, 4), QUEUE),  # a pipe (a multiprocessing queue)
         (call(0, 6, 0x1000, 4), NET),  # a file on NFS
         (call(17, 11, 0x1000, 4), NET),  # pread on a FUSE object-store mount
         (call(0, 7, 0x1000, 4), OTHER),  # a file on the local disk
         (call(7, POLL_AT, 2, 30000), NET),  # poll with a timeout, as botocore's reads do: pipe and TCP socket
-        (call(7, POLL_AT, 1, 30000), OTHER),  # poll on the pipe alone (a DataLoader worker waiting for work)
+        (call(7, POLL_AT, 1, 30000), QUEUE),  # poll on the pipe alone (a DataLoader worker waiting for work)
         (call(7, POLL_AT, 1000, 30000), UNKNOWN),  # too many to read
         (call(23, 4, SELECT_AT, 0, 0), OTHER),  # select on the unix socket
         (call(232, 9, 0x1000, 8), NET),  # epoll_wait on a set holding the TCP socket (asyncio, aiohttp)
-        (call(232, 10, 0x1000, 8), OTHER),  # ... on a set holding the pipe
+        (call(232, 10, 0x1000, 8), QUEUE),  # ... on a set holding the pipe only
         (call(202, 0x7F00, 0x89, 0), OTHER),  # futex: a lock, a condition, a queue
         (call(230, 1, 0, 0x7FFD), OTHER),  # clock_nanosleep: time.sleep
         ("running", OTHER),
@@ -112,7 +112,7 @@ def test_by_system_call(proc: Path, syscall: str, expected: int) -> None:
 
 def test_arm64_numbers(proc: Path) -> None:
     assert classify(proc, call(207, 4, 0x1000, 4096), arch="aarch64") == NET  # recvfrom
-    assert classify(proc, call(73, POLL_AT, 1, 0, 0), arch="aarch64") == OTHER  # ppoll on the pipe
+    assert classify(proc, call(73, POLL_AT, 1, 0, 0), arch="aarch64") == QUEUE  # ppoll on the pipe
     assert classify(proc, call(98, 0x7F00, 0x89), arch="aarch64") == OTHER  # futex
 
 

@@ -33,6 +33,7 @@ class ProcEvidence:
     samples: float = 0.0
     net_wait: float = NAN  # share of looks at a worker that found it waiting on the network (recv, NFS, FUSE)
     wait_unresolved: float = NAN  # share of looks at a worker blocked where the kernel did not say on what
+    queue_wait: float = NAN  # share of looks at a worker that found it waiting on its index queue: ahead of the loop
     net_sockets: float = NAN  # network (not unix) sockets open in a worker, inherited ones included
 
     @property
@@ -150,6 +151,7 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float, holes: Coverage 
         samples,
         net_wait=m("net_wait"),
         wait_unresolved=m("wait_unresolved"),
+        queue_wait=m("queue_wait"),
         net_sockets=m("net_sockets"),
     )
 

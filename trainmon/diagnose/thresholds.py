@@ -20,6 +20,7 @@ class Thresholds:
     exposed_min_share: float = 0.5  # on CUDA: the wait counts only if ≥ half of it left the GPU idle
     cpu_saturated_pct: float = 90.0  # SageMaker cpu_threshold
     worker_busy_pct: float = 70.0  # a worker using this much of a core is CPU-bound
+    workers_ahead_share: float = 0.5  # workers seen waiting on their index queue this share of looks are ahead
     latency_workers_per_core: float = 4.0  # advised workers that mostly wait: at most this many per usable core
     advice_min_compute_share: float = 0.05  # advised workers: N / (1 − wait), with 1 − wait taken as at least this
     runq_starved_ms_s: float = 150.0  # runnable but waiting for a core this many ms per s: CPU-starved

@@ -70,7 +70,13 @@ VERDICTS: tuple[Verdict, ...] = (
         "data loads in the main process (num_workers=0) and the loop waits on it",
         INPUT_COLOUR,
         reads_states=True,
-        thresholds=(*_INPUT, "worker_busy_pct", "latency_workers_per_core", "advice_min_compute_share"),
+        thresholds=(
+            *_INPUT,
+            "worker_busy_pct",
+            "latency_workers_per_core",
+            "advice_min_compute_share",
+            "workers_ahead_share",
+        ),
     ),
     Verdict(
         "input.io",
@@ -107,6 +113,7 @@ VERDICTS: tuple[Verdict, ...] = (
             "worker_busy_pct",
             "latency_workers_per_core",
             "runq_starved_ms_s",
+            "workers_ahead_share",
             "advice_min_compute_share",
         ),
     ),
@@ -190,7 +197,7 @@ VERDICTS: tuple[Verdict, ...] = (
         "ok.compute_bound",
         "no starvation: the accelerator (or the compute) is the limit",
         "#2e7d32",
-        thresholds=("wait_warning", "gpu_busy_pct"),
+        thresholds=("wait_warning", "gpu_busy_pct", "wait_critical", "workers_ahead_share"),
     ),
     Verdict(
         "insufficient_data",

@@ -25,6 +25,7 @@ from trainmon.sources.thread_states import (
     LOOKS,
     MAIN,
     NET_WAIT,
+    QUEUE_WAIT,
     RUNNING,
     SLEEPING,
     THREAD_READS_PER_S,
@@ -221,10 +222,11 @@ class ProcSource(Source):
                 f"{self.proc_root}/{pid}/task/*/syscall is not readable and wchan reads 0 "
                 "(run trainmon as the training job's user, or as root)"
             )
-            na["net_wait"] = na["wait_unresolved"] = reason
+            na["net_wait"] = na["wait_unresolved"] = na["queue_wait"] = reason
         elif counts and counts[MAIN + LOOKS]:
             out[prefix + "net_wait"] = counts[NET_WAIT] / counts[MAIN + LOOKS]
             out[prefix + "wait_unresolved"] = counts[UNRESOLVED] / counts[MAIN + LOOKS]
+            out[prefix + "queue_wait"] = counts[QUEUE_WAIT] / counts[MAIN + LOOKS]
         return out
 
     # ---- bookkeeping ------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ import threading
 from dataclasses import dataclass, field
 
 NET = 1  # waits on a socket or a network filesystem
-OTHER = 0  # waits on something else (a lock, a sleep, a pipe, a local file), or runs
+QUEUE = 2  # waits on pipes only: a multiprocessing queue (a DataLoader worker's index queue: it is ahead)
+OTHER = 0  # waits on something else (a lock, a sleep, a local file), or runs
 UNKNOWN = -1  # blocked, but on what cannot be told (poll without access to the system call, hidden wchan)
 
 _READ_MAX = 4096
@@ -56,6 +57,9 @@ _SYSCALLS: dict[str, dict[str, tuple[int, ...]]] = {
 _ARCH = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
 
 # Where a thread sleeps on the network, by kernel function (the part before a ".constprop.0"-like suffix).
+# Where a thread sleeps reading a pipe (a multiprocessing queue's read end, once poll said it is readable or without
+# a timeout).
+PIPE_WCHANS = frozenset({"pipe_read", "pipe_wait", "pipe_read_wait"})
 NET_WCHANS = frozenset(
     {
         "sk_wait_data",
@@ -136,7 +140,7 @@ class NetWaits:
                 self._ns.pop(key, None)
 
     def classify(self, pid: int, tid: str, holds_network: bool = False) -> int:
-        """NET, OTHER or UNKNOWN for one blocked thread (call it for threads not running)."""
+        """NET, QUEUE, OTHER or UNKNOWN for one blocked thread (call it for threads not running)."""
         with self._lock:
             return self._classify(pid, tid, holds_network)
 
@@ -190,7 +194,7 @@ class NetWaits:
         if len(args) < 3:
             return OTHER
         if nr in calls["fd"]:
-            return NET if self._fd_is_net(pid, args[0]) else OTHER
+            return NET if self._fd_is_net(pid, args[0]) else QUEUE if self._fd_is_pipe(pid, args[0]) else OTHER
         if nr in calls["poll"]:
             fds = self._poll_fds(pid, args[0], args[1])
         elif nr in calls["select"]:
@@ -201,7 +205,9 @@ class NetWaits:
             return OTHER
         if fds is None:
             return UNKNOWN
-        return NET if any(self._fd_is_net(pid, fd) for fd in fds) else OTHER
+        if any(self._fd_is_net(pid, fd) for fd in fds):
+            return NET
+        return QUEUE if fds and all(self._fd_is_pipe(pid, fd) for fd in fds) else OTHER
 
     def _poll_fds(self, pid: int, addr: int, nfds: int) -> list[int] | None:
         if not 0 < nfds <= _MAX_POLL_FDS:
@@ -254,6 +260,12 @@ class NetWaits:
         return raw if len(raw) == size else None
 
     # ---- descriptors -----------------------------------------------------------------------------------------
+
+    def _fd_is_pipe(self, pid: int, fd: int) -> bool:
+        try:
+            return os.readlink(f"{self.proc_root}/{pid}/fd/{fd}").startswith("pipe:")
+        except OSError:
+            return False
 
     def _fd_is_net(self, pid: int, fd: int) -> bool:
         try:
@@ -335,6 +347,8 @@ class NetWaits:
             return UNKNOWN
         if name in NET_WCHANS or (name in GENERIC_NET_WCHANS and holds_network):
             return NET
+        if name in PIPE_WCHANS:
+            return QUEUE
         if name in MULTIPLEX_WCHANS:
             return UNKNOWN
         return OTHER

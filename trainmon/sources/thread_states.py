@@ -15,18 +15,19 @@ import time
 
 from trainmon.sources.base import LogOnce
 from trainmon.sources.procfs import HeldFiles, thread_state
-from trainmon.sources.sockets import NET, UNKNOWN, NetWaits
+from trainmon.sources.sockets import NET, QUEUE, UNKNOWN, NetWaits
 
 THREAD_READS_PER_S = 200  # the sampler's budget: 10 Hz for up to 20 threads, 1 Hz for 200, slower beyond
 
 # A pid's counters, summed over looks, by index: every thread's observations and those of them in R (running or
 # runnable), S (sleeping) and D (uninterruptible, nearly always disk or network-filesystem I/O); the same of the
 # main thread alone (MAIN + any of those); then, for a DataLoader worker, the looks at which it waited on the
-# network and those at which what it waited on could not be told.
+# network, those at which what it waited on could not be told, and those at which its main thread waited on pipes
+# only (its index queue: the worker has handed over what it was asked for and waits to be asked for more).
 LOOKS, RUNNING, SLEEPING, DISK = 0, 1, 2, 3
 MAIN = 4
-NET_WAIT, UNRESOLVED = 8, 9
-_NCOUNT = 10
+NET_WAIT, UNRESOLVED, QUEUE_WAIT = 8, 9, 10
+_NCOUNT = 11
 STATES = {b"R": RUNNING, b"S": SLEEPING, b"D": DISK}
 _BLOCKED = (b"S", b"D")
 
@@ -231,6 +232,9 @@ class ThreadStates:
             kind = self.net.classify(pid, tid, holds_network)
             if kind == NET:
                 counts[NET_WAIT] += 1
+                break
+            if kind == QUEUE and tid == main:
+                counts[QUEUE_WAIT] += 1  # ahead of the loop: its other threads' waits are not what holds it
                 break
             unresolved = unresolved or kind == UNKNOWN
         else:

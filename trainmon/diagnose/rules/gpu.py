@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.input_workers import workers_ahead
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import limiting_reasons
@@ -81,17 +84,24 @@ def _wait_text(w: RunWindow, f: float, lead: str = "data wait is") -> str:
 def compute_bound(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.starving_fraction
-    if is_nan(f) or f > th.wait_warning or not gpu_is_the_limit(ev, th):
+    # A loader whose workers are ahead (waiting on their index queues) is healthy up to a critical wait: what the loop
+    # waits beside them is taking the batches in (rules/input.py leaves such windows here).
+    ahead = workers_ahead(ev, th) if not is_nan(f) and f > th.wait_warning else math.nan
+    if is_nan(f) or f > (th.wait_warning if is_nan(ahead) else th.wait_critical) or not gpu_is_the_limit(ev, th):
         return None
     sps = w.samples_per_s
     rate = f", {sps:.0f} samples/s" if not is_nan(sps) else ""
     gpu = f", GPU {ev.gpu_util:.0f}% busy" if not is_nan(ev.gpu_util) else ""
+    workers = "" if is_nan(ahead) else f", its worker(s) ahead (waiting on their index queue {ahead:.0%} of the time)"
+    evidence = base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1)}
+    if not is_nan(ahead):
+        evidence["workers_ahead"] = rounded(ahead, 3)
     return Finding(
         "ok.compute_bound",
         "ok",
-        f"{_wait_text(w, f)}; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
+        f"{_wait_text(w, f)}{workers}; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
         ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
-        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1)},
+        evidence,
     )
 
 

@@ -11,8 +11,9 @@ from trainmon.diagnose.host_window import HostWindow
 from trainmon.diagnose.rules.batch_source import batch_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.gpu import gpu_is_the_limit
 from trainmon.diagnose.rules.input_advice import DISK_ADVICE, NET_ADVICE, RCHAR_ADVICE
-from trainmon.diagnose.rules.input_workers import advise_workers, cpu_finding, worker_cap
+from trainmon.diagnose.rules.input_workers import advise_workers, cpu_finding, worker_cap, workers_ahead
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
@@ -54,9 +55,11 @@ def input_bound(ctx: RuleContext) -> Finding | None:
     workers = w.loader.get("num_workers")
     if workers == 0:
         return _main_process(w, host, ev, th, severity, evidence, idle)
-    return _io_finding(w, host, ev, th, severity, evidence, pct) or cpu_finding(
-        w, host, ev, th, severity, evidence, pct, workers
-    )
+    if (io := _io_finding(w, host, ev, th, severity, evidence, pct)) is not None:
+        return io
+    if not is_nan(workers_ahead(ev, th)) and f < th.wait_critical and gpu_is_the_limit(ev, th):
+        return None  # a healthy loader, its workers ahead: the compute is the limit (rules/gpu.py compute_bound)
+    return cpu_finding(w, host, ev, th, severity, evidence, pct, workers)
 
 
 def _main_process(

@@ -15,6 +15,14 @@ from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 
+def workers_ahead(ev: Evidence, th: Thresholds) -> float:
+    """The share of looks that found the train loader's workers waiting on their index queue, where that makes them
+    ahead of the loop (at least ``workers_ahead_share``); nan otherwise. A worker there has handed over every batch
+    asked of it: a wait of the loop's beside it is the main process taking batches in, not the workers' latency."""
+    ahead = ev.workers_mean("queue_wait") if ev.known_workers else math.nan
+    return ahead if not is_nan(ahead) and ahead >= th.workers_ahead_share else math.nan
+
+
 def worker_cap(cpu_bound: bool, cores: int, th: Thresholds) -> tuple[int, str]:
     """The most DataLoader workers worth advising on ``cores`` usable cores, and which bound that is: one per
     core for workers that compute ("usable_cores"); a stated multiple of the cores for workers that mostly wait
@@ -97,6 +105,7 @@ def cpu_finding(
     cpu = ev.workers_mean("cpu_pct")
     runq = ev.workers_mean("runq_ms_s")
     blocked = ev.workers_mean("blocked")
+    ahead = ev.workers_mean("queue_wait")  # blocked on the index queue: waiting to be asked, not on a slow sample
     cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
         not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
     )
@@ -106,12 +115,16 @@ def cpu_finding(
     if is_nan(cpu):  # no per-process figures: judge by the host alone
         cpu_bound = True
     # Waiting is seen, never inferred from a low CPU figure: the workers' threads found blocked.
-    waits = not cpu_bound and not is_nan(blocked) and blocked >= 1 - th.worker_busy_pct / 100
+    slow = blocked - ahead if not is_nan(blocked) and not is_nan(ahead) else blocked
+    waits = not cpu_bound and not is_nan(slow) and slow >= 1 - th.worker_busy_pct / 100
     evidence["workers_blocked"] = rounded(blocked, 3)
+    evidence["workers_ahead"] = rounded(ahead, 3)
     evidence["idle_s_left_out"] = round(ev.idle_s, 2)
     evidence["sub_cause"] = "cpu" if cpu_bound else "latency" if waits else "unknown"
-    if waits and (ahead := _loop_ran_through(w, ev)) is not None:
-        return _receive(w, severity, evidence, pct, n, cpu, blocked, ahead)
+    if not cpu_bound and not is_nan(ahead) and ahead >= th.workers_ahead_share:
+        return _receive(w, severity, evidence, pct, n, cpu, blocked, ev.loop.state_r, ahead)
+    if waits and (running := _loop_ran_through(w, ev)) is not None:
+        return _receive(w, severity, evidence, pct, n, cpu, blocked, running)
     idle_cores = host.idle_cores  # this run's share of the idle usable cores
     needed = math.ceil(n / max(th.advice_min_compute_share, 1 - w.wait_fraction))
     if cpu_bound and not is_nan(idle_cores):
@@ -209,18 +222,26 @@ def _receive(
     cpu: float,
     blocked: float,
     running: float,
+    ahead: float = math.nan,
 ) -> Finding:
-    """Workers that keep ahead (blocked, waiting for indices) while the loop's thread ran through its waits:
-    the wait is the main process taking each batch from the workers. More workers cannot shorten it."""
+    """Workers that keep ahead of the loop: seen waiting on their index queue (they handed over what was asked of
+    them), or blocked while the loop's thread ran through its waits. The wait is the main process taking each batch
+    from the workers. More workers cannot shorten it."""
     evidence["sub_cause"] = "receive"
     evidence["main_thread_running"] = rounded(running, 3)
     per_batch = w.wait_s / w.steps * 1e3 if w.steps else math.nan
     each = f", {per_batch:.1f} ms a step" if not is_nan(per_batch) else ""
+    if not is_nan(ahead):
+        seen = f"waiting on their index queue {ahead:.0%} of the time: they have their batches ready"
+    else:
+        seen = (
+            f"blocked {blocked:.0%} of the time) while the training thread runs through its waits "
+            f"({running:.0%} of looks running"
+        )
     return Finding(
         "input.main_process",
         severity,
-        f"{pct}, yet the {n} worker(s) keep ahead ({cpu:.0f}% of a core, blocked {blocked:.0%} of the time) while "
-        f"the training thread runs through its waits ({running:.0%} of looks running): the wait is the main "
+        f"{pct}, yet the {n} worker(s) keep ahead ({cpu:.0f}% of a core, {seen}): the wait is the main "
         f"process taking each batch from the workers{each}",
         [],
         evidence,
