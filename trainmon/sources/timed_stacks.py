@@ -56,8 +56,12 @@ LOOP_SHARE = 0.05  # of the model samples that show a frame above the model, for
 MODEL_PATHS = ("torch/nn/modules/module.py", "torch/autograd/__init__.py", "torch/autograd/graph.py", "torch/optim/")
 MODEL_FUNCTIONS = (("backward", "torch/_tensor.py"),)  # Tensor.backward; the rest of torch/_tensor.py is any code's
 AGENT_PATH = "trainmon/agent/"
-DATA_PATHS = ("torch/utils/data/", "trainmon/agent/_handover.py", "trainmon/agent/_torch_hooks.py")
-DATA_AGENT = ("trainmon/agent/_iterable.py",)
+DATA_PATHS = (
+    "torch/utils/data/",
+    "trainmon/agent/_handover.py",
+    "trainmon/agent/_torch_hooks.py",
+    "trainmon/agent/_iterable.py",
+)
 BLOCKING = ("queue.py", "concurrent/futures/_base.py", "multiprocessing/queues.py", "threading.py")
 ITERATOR_NAMES = ("__next__", "next")
 
@@ -89,7 +93,7 @@ def _is_data(frames: tuple[Spot, ...]) -> bool:
     blocked = False
     for name, filename, _ in frames:  # innermost first
         path = filename.replace("\\", "/")
-        if any(p in path for p in DATA_PATHS) or any(p in path for p in DATA_AGENT):
+        if any(p in path for p in DATA_PATHS):
             return True
         if any(path.endswith(p) for p in BLOCKING):
             blocked = True
