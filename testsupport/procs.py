@@ -86,6 +86,13 @@ def wait_for_path(path: str, timeout: float, proc: subprocess.Popen | None = Non
         time.sleep(0.05)
 
 
+def attach_cli(pid: int, addr: str) -> subprocess.CompletedProcess:
+    """``trainmon attach PID --listen ADDR`` run as a user runs it; its result."""
+    return subprocess.run(
+        trainmon_cmd("attach", str(pid), "--listen", addr), env=child_env(), capture_output=True, text=True, timeout=60
+    )
+
+
 def start_recorder(addr: str, output: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A real ``trainmon record`` listening on ``addr``, started and listening when this returns."""
     proc = subprocess.Popen(

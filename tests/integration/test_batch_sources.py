@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.procs import child_env, report_json, stop, trainmon_cmd, wait_for
+from testsupport.procs import (
+    attach_cli,
+    child_env,
+    force_stop,
+    report_json,
+    start_recorder,
+    stop,
+    trainmon_cmd,
+    wait_for,
+)
 from trainmon.demo.scenarios import SCENARIOS, command
 
 TOLERANCE = 0.07  # the report's data wait against the script's own batch share
@@ -142,3 +151,39 @@ def test_a_fast_loop_is_timed_in_bursts_and_its_wait_holds_against_its_own(addr,
     assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)
     live = [r["data_wait_fraction"] for t in ticks[-4:] for r in t["runs"] if r["steps"]]
     assert live and all(w is not None and abs(w - own["batch_fraction"]) <= 0.15 for w in live), (live, own)
+
+
+PLAIN_FAST = FAST.replace(
+    "import json, sys, time, trainmon.agent\ntrainmon.agent.attach()\n", "import json, sys, time\n"
+).replace("end = time.monotonic() + 9", "end = time.monotonic() + 16\nprint('READY', flush=True)")
+
+
+def test_a_fast_loop_attached_late_names_get_batch_by_time(addr, tmp_path):
+    """A fast nanoGPT-style loop (a pure-Python get_batch of about half its step) started without trainmon and given
+    the agent with ``trainmon attach``: the data wait holds against the script's own, and get_batch is named from
+    py-spy's time-weighted samples (the agent's in-process sampler needs the GIL and under-counts pure Python)."""
+    assert "trainmon" not in PLAIN_FAST
+    own_path = tmp_path / "late.self.json"
+    rec = str(tmp_path / "late.tmrec")
+    recorder = start_recorder(addr, rec, "--interval", "0.5")
+    training = subprocess.Popen(
+        [sys.executable, "-c", PLAIN_FAST, str(own_path)], env=child_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert training.stdout is not None and training.stdout.readline().strip() == "READY"
+        res = attach_cli(training.pid, addr)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert training.wait(timeout=60) == 0
+        time.sleep(1.0)
+    finally:
+        force_stop(training)
+        stop(recorder)
+    own = json.loads(own_path.read_text())
+    report = report_json(rec)
+    verdict, (run,) = report["verdict"], report["runs"]
+    detail = f"{verdict['code']}: {verdict['summary']} | {run.get('outside_samples')} | self {own}"
+    assert verdict["code"] == "input.main_process", detail
+    ev = verdict["evidence"]
+    assert ev["measured_as"] == "outside_model" and ev["batch_function"].endswith("get_batch"), detail
+    assert ev.get("samples_source") == "py-spy", detail
+    assert abs(run["data_wait_fraction"] - own["batch_fraction"]) <= TOLERANCE, (run["data_wait_fraction"], own)

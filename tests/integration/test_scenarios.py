@@ -38,7 +38,8 @@ def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
         try:
             assert wait_for(lambda: os.path.exists(addr) or recorder.poll() is not None, 20), "recorder did not start"
             assert recorder.poll() is None, recorder.communicate()
-            extra = ["--self-report", str(tmp_path / f"{name}.self.json")] if scenario.module == GPT_MODULE else []
+            measured = scenario.module == GPT_MODULE or name in SELF_MEASURED
+            extra = ["--self-report", str(tmp_path / f"{name}.self.json")] if measured else []
             res = subprocess.run(
                 command(scenario, extra),
                 env=child_env(TRAINMON_ADDR=addr),
@@ -60,6 +61,9 @@ def run_scenario(name: str, addr: str, tmp_path, monkeypatch) -> dict:
 
 GPT_MODULE = "trainmon.demo.gpt"  # nanoGPT's loop: it writes its own batch share (--self-report)
 GPT_TOLERANCE = 0.07  # the report's data wait against the script's own batch share
+# Trainings whose loop is held against what it timed of itself (--self-report): its wait at next(), its steps, its
+# own per-step work (metrics, the progress bar)
+SELF_MEASURED = ("prefetcher", "thread-pool", "loop-metrics", "tqdm")
 
 
 def freeze_times(out: str) -> tuple[float, float]:
@@ -230,7 +234,9 @@ def test_scenario_is_diagnosed(name, addr, tmp_path, monkeypatch):
         # validation loader's) and over the time the loop consumed it (validation left out), more workers help
         # only as far as the usable cores go, with the Lightning callback or attached with no code change.
         ev = verdict["evidence"]
-        assert ev["sub_cause"] == "cpu" and ev["workers_cpu_pct_mean"] >= 70, detail
+        # Busy on a core or waiting in line for one (a slower, contended host gives it less than it asks).
+        assert ev["sub_cause"] == "cpu" and ev["workers_cpu_pct_mean"] >= 35, detail
+        assert ev["workers_cpu_pct_mean"] >= 70 or ev["workers_blocked"] <= 0.3, detail
         assert ev["num_workers_bound"] == "usable_cores" and ev["suggested_num_workers"] <= ev["cores"], detail
         assert ev["other_loader_workers"] >= 1, detail  # the validation loader's workers were there, left out
         assert ev["idle_s_left_out"] > 0 and ev["framework"] == "lightning", detail
@@ -258,10 +264,51 @@ def test_scenario_is_diagnosed(name, addr, tmp_path, monkeypatch):
         check_compiled(name, report, tmp_path, detail)
     if scenario.module == GPT_MODULE:
         check_batch_source(name, report, tmp_path, detail)
+    if name in SELF_MEASURED:
+        check_self_measured(name, report, tmp_path, detail)
 
 
 def budgets(report: dict) -> list[dict]:
     return [r["time_budget"] for r in report["runs"] if r["time_budget"] is not None]
+
+
+def check_self_measured(name: str, report: dict, tmp_path, detail: str) -> None:
+    """The step's parts against the script's own timers: the wait where the training thread waits (a prefetcher's
+    queue, a pool's future, a DataLoader under tqdm), the steps it took, the loop's own per-step code."""
+    own = json.loads((tmp_path / f"{name}.self.json").read_text())
+    detail = f"{detail} | self {own}"
+    (run,) = report["runs"]
+    wait, script = run["data_wait_fraction"], own["data_wait_fraction"]
+    assert abs(wait - script) <= max(0.07, 0.3 * script), detail
+    assert abs(run["steps"] - own["steps"]) <= 0.01 * own["steps"], (run["steps"], own["steps"])
+    parts = run["step_parts"]
+    assert abs(sum(parts[k] for k in ("data_wait", "model", "comm", "own_code")) - 1) <= 0.01, parts
+    (budget,) = budgets(report)
+    compute = budget["compute_parts_s"]
+    assert abs(compute["model"] + compute["own_code"] - budget["parts_s"]["compute"]) <= 0.01 * budget["wall_s"]
+    verdict = report["verdict"]
+    advice = " ".join(a if isinstance(a, str) else a["text"] for a in verdict["advice"])
+    if name in ("prefetcher", "thread-pool"):
+        assert run["data_wait_measured_as"] == "handover", run
+        assert "in a background thread" not in advice and "prefetch_generator" not in advice, advice
+    if name == "prefetcher":
+        ev = verdict["evidence"]
+        assert ev["batch_iterator"].endswith("BackgroundGenerator") and ev["made_in"].startswith("1 DataLoader"), detail
+        assert run["dataloader"]["num_workers"] == 1, run["dataloader"]
+    if name == "thread-pool":
+        ev = verdict["evidence"]
+        assert ev["batch_iterator"].endswith("DecodedBatches") and ev["made_in"] == "threads of the main process"
+        assert "already runs in threads" in advice, advice
+    if name == "loop-metrics":
+        assert abs(parts["own_code"] - own["own_code_fraction"]) <= 0.07, detail
+        assert verdict["evidence"]["loop_function"] == "StepMetrics.log_metrics", detail
+        assert "torchmetrics" in advice, advice
+        ticks = [json.loads(x) for x in (tmp_path / f"{name}.ticks").read_text().splitlines() if x.startswith("{")]
+        live = [r["step_parts"] for t in ticks[-6:-1] for r in t["runs"] if r.get("step_parts")]
+        assert live and all(abs(p["own_code"] - own["own_code_fraction"]) <= 0.1 for p in live), (live, own)
+        assert any(f["function"] == "StepMetrics.log_metrics" for p in live for f in p["own_code_functions"]), live
+    if name == "tqdm":
+        assert parts["own_code"] < 0.15, parts
 
 
 def check_batch_source(name: str, report: dict, tmp_path, detail: str) -> None:

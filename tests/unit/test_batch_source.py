@@ -223,3 +223,26 @@ def test_dataloaders_are_left_to_the_worker_rules():
     f = evaluate(_loader_run({"kind": "dataloader", "num_workers": 0, "batch_size": 32}), 10.0)[0]
     assert f.code == "input.main_process" and "measured_as" not in f.evidence
     assert "DataLoader(num_workers=" in f.advice[0]
+
+
+def test_a_loop_timed_outside_the_model_before_its_hand_over_was_wrapped_is_a_hand_over_loop():
+    """The first burst's steps can end before the hand-over wrappers are in (a prefetcher's queue): their wait is
+    outside the model; every later step's is the hand-over, and the run is measured by that."""
+    store = Store(cap=None)
+    store.hello(1, 0.0, {"pid": 10})
+    recs: list[int] = []
+    t = 0
+    for k in range(200):
+        end = t + 50 * MS
+        if k < 5:
+            recs += [P.K_OUTSIDE, t, end - MS, 20 * MS]
+        else:
+            handed = [P.K_HANDOVER, t, t + 20 * MS, P.HANDOVER_KINDS.index("iterator")]
+            recs += [*handed, P.K_OUTSIDE, t, end - MS, 21 * MS]
+        recs += [P.K_OPT, end, end, 0]
+        t = end
+    store.events(1, t / 1e9, array("q", recs))
+    (run,) = store.runs.values()
+    assert run.deriver.outside_steps == 5 and run.deriver.handover_steps == 195
+    assert run.wait_source == "handover"
+    assert run.steps.own[-1] == pytest.approx(0.001, abs=1e-4)  # outside the model, not waiting: 1 ms of own code

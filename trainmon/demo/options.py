@@ -97,5 +97,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--worker-setup-ms", type=float, default=0.0, help="CPU time each worker spends building the dataset's index"
     )
+    p.add_argument(
+        "--feed",
+        default="dataloader",
+        choices=["dataloader", "prefetch", "threadpool"],
+        help="how batches reach the loop: a DataLoader, a DataLoaderX (a BackgroundGenerator's thread), a custom "
+        "iterator decoding on a thread pool (trainmon.demo.feeds)",
+    )
+    p.add_argument("--max-prefetch", type=int, default=1, help="(--feed prefetch) the BackgroundGenerator's queue")
+    p.add_argument("--decode-threads", type=int, default=4, help="(--feed threadpool) the pool's threads")
+    p.add_argument("--decode-kb", type=int, default=64, help="(--feed threadpool) decoded KiB per sample")
+    p.add_argument("--metrics-window", type=int, default=0, help="per-step Python metrics over this many batches")
+    p.add_argument("--progress", action="store_true", help="tqdm over the batches, its postfix set every step")
     p.add_argument("--epochs", type=int, default=0, help="(python -m trainmon.demo.lit) stop after this many epochs")
     return p.parse_args(argv)

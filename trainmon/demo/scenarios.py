@@ -377,6 +377,34 @@ SCENARIOS: dict[str, Scenario] = {
             module="trainmon.demo.compiled",
         ),
         Scenario(
+            "prefetcher",
+            "input.too_few_workers",
+            "article 001's DataLoaderX: a BackgroundGenerator thread iterates a DataLoader whose one worker decodes "
+            "0.6 ms per sample; the loop waits on the generator's queue",
+            ("--feed", "prefetch", "--workers", "1", "--cpu-ms", "0.6", "--persistent", *STEADY),
+        ),
+        Scenario(
+            "thread-pool",
+            "input.main_process",
+            "a custom batch iterator decoding zlib-compressed samples on a 4-thread ThreadPoolExecutor, 4 batches "
+            "ahead: the pool runs beside the loop, and does not keep up",
+            ("--feed", "threadpool", "--decode-threads", "4", "--decode-kb", "64", *STEADY),
+        ),
+        Scenario(
+            "loop-metrics",
+            "host.loop_code",
+            "two workers keep ahead while every step computes a confusion matrix and each class's F1 in Python "
+            "over the last 60 batches and writes them as JSON",
+            ("--workers", "2", "--persistent", "--width", "1024", "--metrics-window", "60", *STEADY),
+        ),
+        Scenario(
+            "tqdm",
+            "ok.compute_bound",
+            "a tqdm bar over the DataLoader, its postfix set from loss.item() every step, two workers ahead of a "
+            "compute-heavy model",
+            ("--workers", "2", "--persistent", "--width", "2048", "--progress", *STEADY),
+        ),
+        Scenario(
             "gpt-get-batch",
             "input.main_process",
             "a nanoGPT-style loop with no DataLoader: its get_batch tokenizes random slices of a text corpus with a "

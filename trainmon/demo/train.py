@@ -29,6 +29,8 @@ from trainmon.demo.data import (
     spin,
     with_worker_setup,
 )
+from trainmon.demo.feeds import ThreadedLoader, dataloader_x
+from trainmon.demo.loop_work import StepMetrics, progress
 from trainmon.demo.options import parse
 from trainmon.demo.stalls import MetricsLog, TraceCache
 from trainmon.demo.upload import MetricsUploader
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if distributed:
         torch.distributed.destroy_process_group()
     if args.self_report:
-        _self_report(args, loop.step, loop.waits, loop.step_ends)
+        _self_report(args, loop.step, loop.waits, loop.step_ends, loop.own)
     return 0
 
 
@@ -101,6 +103,9 @@ class Loaders:
         from torch.utils.data import DataLoader
 
         args = self.args
+        if args.feed == "threadpool" and not plain:
+            batches = epoch_size(args) // args.batch_size
+            return ThreadedLoader(batches, args.batch_size, args.features, args.decode_kb, args.decode_threads, 4)
         a = argparse.Namespace(**vars(args))
         self.datasets_args.append(a)
         if plain:
@@ -108,7 +113,8 @@ class Loaders:
             a.cpu_ms = cpu_ms
             a.io_reads, a.io_file, a.remote = 0, None, None
         dataset = with_worker_setup(build_dataset(a, epoch_size(args), self.rank), args.worker_setup_ms, workers)
-        return DataLoader(
+        loader_class = dataloader_x(args.max_prefetch) if args.feed == "prefetch" and not plain else DataLoader
+        return loader_class(
             dataset,
             batch_size=args.batch_size,
             shuffle=True,
@@ -168,7 +174,8 @@ def extra_compute(args: argparse.Namespace, rank: int) -> Any:
 class Loop:
     """The training loop over epochs: its optimizer, loaders, stop condition, the switch, and what each step does
     besides training (metrics log, cached trees, watchdog, checkpoint, evaluation). Its own measurement: ``step``,
-    ``waits`` (each batch's wait, s) and ``step_ends`` (perf_counter at the start and after each step)."""
+    ``waits`` (each batch's wait, s), ``step_ends`` (perf_counter at the start and after each step) and ``own``
+    (each step's time in the loop's own per-step work: --metrics-window, --progress)."""
 
     def __init__(self, args: argparse.Namespace, model: Any, device: Any, loaders: Loaders, distributed: bool) -> None:
         import torch
@@ -182,6 +189,7 @@ class Loop:
         self.eval_loader = loaders.make(0, plain=True) if args.eval_every else None
 
         self.waits: list[float] = []
+        self.own: list[float] = []
         self.step_ends: list[float] = [time.perf_counter()]
         self.deadline = time.monotonic() + args.seconds if args.seconds else None
         self.switch_step = int(args.steps * args.switch_at) if args.switch_at and not args.seconds else None
@@ -192,6 +200,8 @@ class Loop:
         stall, timeout = args.upload_stall_after, args.upload_timeout_s
         self.upload = MetricsUploader(stall, timeout) if stall else None
         self.traces = TraceCache(args.trace_nodes, args.trace_keep) if args.trace_nodes else None
+        self.step_metrics = StepMetrics(args.metrics_window) if args.metrics_window else None
+        self.bar: Any = None
 
     def more(self) -> bool:
         """Whether to take another step: until --steps, or until --seconds (agreed by all ranks)."""
@@ -210,7 +220,8 @@ class Loop:
 
     def run(self) -> None:
         while self.more():
-            it = iter(self.loader)
+            self.bar = progress(self.loader) if self.args.progress else None
+            it = iter(self.bar if self.bar is not None else self.loader)
             while self.more():
                 if self._switch_due() and self._switch():
                     break
@@ -223,6 +234,8 @@ class Loop:
                 self._train_step(x, y)
                 self.step_ends.append(time.perf_counter())
             del it
+            if self.bar is not None:
+                self.bar.close()
 
     def _switch_due(self) -> bool:
         return (self.switch_step is not None and self.step == self.switch_step) or (
@@ -247,11 +260,18 @@ class Loop:
         args = self.args
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self.opt.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
+        logits = self.model(x)
+        loss = self.loss_fn(logits, y)
         loss.backward()
         self.opt.step()
         self.step += 1
         step = self.step
+        t0 = time.perf_counter()
+        if self.step_metrics is not None:
+            self.step_metrics.log_metrics(step, logits, y, loss)
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss.item():.4f}", lr=self.opt.param_groups[0]["lr"])
+        self.own.append(time.perf_counter() - t0)
         if self.metrics is not None:
             self.metrics.log(step, loss.item())
         if self.upload is not None:
@@ -273,6 +293,8 @@ class Loop:
             os.unlink(self.ckpt_path)
         if self.metrics is not None:
             self.metrics.close()
+        if self.step_metrics is not None:
+            self.step_metrics.close()
         faulthandler.cancel_dump_traceback_later()
 
 
@@ -289,12 +311,15 @@ def _evaluate(model: Any, loader: Any, batches: int) -> None:
     model.train()
 
 
-def _self_report(args: argparse.Namespace, steps: int, waits: list[float], step_ends: list[float]) -> None:
+def _self_report(
+    args: argparse.Namespace, steps: int, waits: list[float], step_ends: list[float], own: list[float]
+) -> None:
     w = args.warmup
     durations = [b - a for a, b in zip(step_ends[w:-1], step_ends[w + 1 :], strict=False)]
     report = {
         "steps": steps,
         "data_wait_fraction": sum(waits[w:]) / sum(durations) if durations else None,
+        "own_code_fraction": sum(own[w:]) / sum(durations) if durations else None,
         "step_time_ms_p50": sorted(durations)[len(durations) // 2] * 1e3 if durations else None,
         "pid": os.getpid(),
     }

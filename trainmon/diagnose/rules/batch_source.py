@@ -26,12 +26,14 @@ from trainmon.store.run import Run
 MIN_SAMPLES = 10  # outside samples before their split is told
 DATA_SHARE = 0.5  # at least this share of the outside samples in data work (or too few samples): input-bound
 KINDS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    # (kind, words a function's name starts a word with, path fragments of its file or its innermost frame's)
+    # (kind, words a function's name starts a word with, path fragments of its file or its innermost frame's); the
+    # first kind that matches names it, but a name of both metrics and logging (log_metrics) goes by where its time
+    # is spent (its innermost frame)
     ("checkpoint", ("save", "checkpoint", "ckpt"), ("torch/serialization", "distributed/checkpoint")),
     (
         "logging",
         ("log", "print", "write", "flush", "wandb", "tensorboard", "mlflow", "tqdm", "display"),
-        ("logging/", "wandb/", "tensorboard", "mlflow/", "tqdm/"),
+        ("logging/", "wandb/", "tensorboard", "mlflow/", "tqdm/", "json/"),
     ),
     (
         "metrics",
@@ -75,12 +77,22 @@ def kind_of(entry: dict[str, Any]) -> str:
         return "data"  # sampled under a batch's wait (a DataLoader, a hand-over): the data wait, whatever its name
     if entry.get("loop"):
         return "loop"
-    words = re.findall(r"[a-z]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", str(entry.get("name", ""))).lower())
-    paths = f"{entry.get('file', '')} {entry.get('leaf_file', '')}".replace("\\", "/")
-    for kind, prefixes, fragments in KINDS:
-        if any(w.startswith(prefixes) for w in words) or any(f in paths for f in fragments):
-            return kind
-    return "other"
+    kinds = _kinds(str(entry.get("name", "")), f"{entry.get('file', '')} {entry.get('leaf_file', '')}")
+    if kinds[:2] == ["logging", "metrics"] and entry.get("leaf"):
+        # log_metrics: logging where its innermost frame writes, metrics where it computes (a loop over classes)
+        return "logging" if "logging" in _kinds(str(entry["leaf"]), str(entry.get("leaf_file", ""))) else "metrics"
+    return kinds[0] if kinds else "other"
+
+
+def _kinds(name: str, paths: str) -> list[str]:
+    """The kinds whose words start a word of ``name`` or whose path fragments are in ``paths``, in KINDS' order."""
+    words = re.findall(r"[a-z]+", re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower())
+    paths = paths.replace("\\", "/")
+    return [
+        kind
+        for kind, prefixes, fragments in KINDS
+        if any(w.startswith(prefixes) for w in words) or any(f in paths for f in fragments)
+    ]
 
 
 def measured_as(w: RunWindow) -> str | None:
@@ -146,10 +158,27 @@ def batch_source(
     if source == "outside_model":
         return _outside_model(w, host, ev, th, severity, evidence)
     if source == "handover":
+        if fed_loader(w, evidence):
+            return None  # a DataLoader iterated by a prefetcher's thread makes the batches: judged as a DataLoader
         return _handover(w, host, ev, th, severity, evidence, idle)
     main_cpu = ev.main.cpu_pct
     evidence["sub_cause"] = "cpu" if is_nan(main_cpu) or main_cpu >= th.worker_busy_pct else "latency"
     return _other_loader(w, host, th, severity, evidence, idle, source)
+
+
+def fed_loader(w: RunWindow, evidence: dict[str, Any]) -> bool:
+    """Whether the loop's hand-over is fed by a DataLoader another thread iterates (a BackgroundGenerator around
+    it): then its workers (or that thread, with num_workers=0) make the batches, and the evidence says so."""
+    fed = w.run.train_loader()
+    if fed is None or not fed.fed_by or not isinstance(fed.config.get("num_workers"), int):
+        return False
+    workers = fed.config["num_workers"]
+    evidence["batch_iterator"] = w.run.handover_iterator
+    evidence["fed_by"] = fed.fed_by
+    evidence["made_in"] = (
+        f"{workers} DataLoader worker(s)" if workers else f"the thread {fed.fed_by} of the main process"
+    )
+    return True
 
 
 def _workers(f: float, host: HostWindow, th: Thresholds) -> int:
