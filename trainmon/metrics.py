@@ -349,6 +349,11 @@ DATA_WAIT = Metric("trainmon_data_wait_ratio", "share of step time waiting on th
 SAMPLES_RATE = Metric("trainmon_samples_per_second", "training throughput")
 TOKENS_RATE = Metric("trainmon_tokens_per_second", "training throughput in tokens (sequence batches, no padding)")
 STEPS_RATE = Metric("trainmon_steps_per_second", "steps per second (last 5 s)")
+STEP_PART = Metric(
+    "trainmon_step_part_ratio",
+    "share of step time in each part of the step over the window (part: data_wait, model, comm, own_code: the "
+    "loop's own code); absent where the model was never timed",
+)
 STEPS = Metric("trainmon_steps", "training steps completed", "_total")
 AGENT_DROPS = Metric("trainmon_agent_dropped_records", "agent records dropped (monitor slow or away)", "_total")
 RUN_CONNECTED = Metric("trainmon_run_connected", "1 while the run's agent is connected")

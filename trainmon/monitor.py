@@ -21,6 +21,7 @@ from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.sampled import sampled_share
+from trainmon.diagnose.step_parts import window_parts
 from trainmon.diagnose.verdicts import verdict as verdict_of
 from trainmon.diagnose.window import WindowMemo, run_window
 from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
@@ -91,6 +92,8 @@ class RunStatus:
     gpus: list[int] = field(default_factory=list)  # the run's own GPUs (NVML indices), where known
     measured_by: str = "agent"  # or "sampling": found running without an agent (wait_fraction: the estimate)
     agent_step_ns: float = math.nan  # what the agent itself costs the training per step (last 5 s; nan: not measured)
+    # The live window's step split (diagnose/step_parts.py): data wait, model, comm, own code; None: model not timed
+    step_parts: dict[str, Any] | None = None
 
 
 @dataclass
@@ -345,6 +348,7 @@ class Monitor:
                         run_gpus(self.store, run, gpus),
                         run.measured_by,
                         cost["total"] if (cost := live_per_step(run, t)) is not None else math.nan,
+                        window_parts(w) if run.measured_by == "agent" else None,
                     )
                 )
         return out

@@ -119,7 +119,19 @@ def test_record_serves_metrics_from_the_cli(addr, tmp_path):
 
 
 # Labels name things (identities, codes); numbers are values. A label outside this set is a new dimension.
-IDENTITY_LABELS = {"host", "node", "job_id", "rank", "pid", "name", "gpu", "device", "reason", "trainmon_verdict_code"}
+IDENTITY_LABELS = {
+    "host",
+    "node",
+    "job_id",
+    "rank",
+    "pid",
+    "name",
+    "gpu",
+    "device",
+    "reason",
+    "trainmon_verdict_code",
+    "part",
+}
 CODE_LABELS = {"code", "severity"}  # a bounded set each: the code table and the three severities
 
 

@@ -220,9 +220,11 @@ def test_the_model_is_timed_in_bursts_whose_cost_stays_within_the_budget():
         assert getattr(torch.autograd.backward, "__trainmon_original__", None) is None
         assert len(probe._burst_costs) == 1 and probe._burst_costs[0] > 0  # its CPU per step, read by the thread
         probe.observe(_counts(opt=n + 3))  # the sender: the pause that keeps the bursts within the budget
-        # steps of ~1.2 ms: a budget of 0.1 % of that, 1.2 µs, buys 6 % of the time at 20 µs a measured step
+        # steps of 1.2 ms or more: a budget of 0.1 % of that, 1.2 µs or more, buys 6 % of the time or more at 20 µs a
+        # measured step (a slower host's longer steps buy more); never less than BUDGET_NS's share, never all of it
         assert probe.step_price_ns == 4 * 5_000.0
-        assert probe.on and not probe.measuring and 0.03 < probe.duty < 0.1
+        assert probe.on and not probe.measuring
+        assert _outside.BUDGET_NS / probe.step_price_ns <= probe.duty < 0.5
         pause = probe.pause_until - probe.burst_end
         assert pause == pytest.approx((probe.burst_end - burst_start) * (1 / probe.duty - 1), rel=0.01)
         _steps(net, opt, 3)

@@ -78,6 +78,7 @@ def run(r: RunStatus, verdict: Finding | None) -> dict[str, Any]:
         "samples_per_s": number(r.samples_per_s, 2),
         "dropped_records": r.dropped_records,
         "agent_step_us": number(r.agent_step_ns / 1e3, 3),
+        "step_parts": _plain(r.step_parts) if r.step_parts is not None else None,
         "gpus": list(r.gpus),
         "verdict": {"code": verdict.code, "severity": verdict.severity, "summary": verdict.summary}
         if verdict is not None

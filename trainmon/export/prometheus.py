@@ -26,6 +26,7 @@ from prometheus_client.core import (
 from trainmon import metrics as M
 from trainmon.diagnose.energy import LIVE_WINDOW_S, RunEnergy, live_energy
 from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
+from trainmon.diagnose.step_parts import PARTS as STEP_PARTS
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import run_label
 from trainmon.metrics import DISK, GPU, HOST, LIMITING_THROTTLE, SELF, THROTTLE_REASONS, Family, Field
@@ -150,6 +151,7 @@ class MonitorCollector:
         energy = (_gauge(M.RUN_ENERGY_STEP, labels), _gauge(M.RUN_ENERGY_SAMPLE, labels))
         shared = _gauge(M.RUN_ENERGY_SHARED, labels)
         overhead = _gauge(AGENT_STEP_OVERHEAD, labels)
+        part = _gauge(M.STEP_PART, [*labels, "part"])
         idents = self._identities()
         per_sample = self._tokens_per_sample()
         joules = self._energy(snap)
@@ -175,6 +177,9 @@ class MonitorCollector:
             steps.add_metric(lv, r.steps)
             if _ok(r.agent_step_ns):
                 overhead.add_metric(lv, r.agent_step_ns / 1e9)
+            for name in STEP_PARTS:
+                if (share := (r.step_parts or {}).get(name)) is not None:
+                    part.add_metric([*lv, name], share)
             drops.add_metric(lv, r.dropped_records)
             up.add_metric(lv, 1.0 if r.connected else 0.0)
             for g in r.gpus:
@@ -187,7 +192,8 @@ class MonitorCollector:
             top = run_finding(snap.findings, run_label(r.rank, r.pid))
             if top is not None:
                 verdict.add_metric([*lv, top.code, top.severity], 1.0)
-        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict, *energy, shared, overhead)
+        yield from (step, wait, sps, tps, rate, steps, drops, up, sampled, on_gpu, verdict, *energy, shared)
+        yield from (overhead, part)
 
     def _energy(self, snap: Snapshot) -> dict[int, RunEnergy]:
         """Each agent run's GPU energy over the live window (its own GPUs), by run id, where it was measured."""

@@ -7,10 +7,10 @@ from typing import Any
 
 from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.stats import quantile
+from trainmon.diagnose.step_parts import step_parts
 from trainmon.numbers import rounded
 from trainmon.report.energy import energy_part
 from trainmon.report.schema import EpochRestarts, Framework, LoaderConfig, Measurement, OutsideModelSteps, RunSummary
-from trainmon.report.step_parts import step_parts
 from trainmon.store.batches import batch_measured, batch_size, tokens_per_sample
 from trainmon.store.run import Run
 from trainmon.store.store import Store

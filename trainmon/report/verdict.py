@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from trainmon.diagnose.budget import wall_span
 from trainmon.diagnose.engine import evaluate
-from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline
+from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline, ranked
 from trainmon.diagnose.phases import bin_width, features, segment, steady_span
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.hang import freeze_finding, frozen_spans
@@ -88,8 +88,8 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     timeline = [_entry(p, first) for p in ([warmup] if warmup is not None else []) + phases]
     others = [
         finding_dict(f, held[code])
-        for code, f in sorted(findings.items(), key=lambda kv: kv[1].rank)
-        if code not in (top.code, "insufficient_data")
+        for f in ranked(list(findings.values()))
+        if (code := f.code) not in (top.code, "insufficient_data")
     ]
     return Judgement(verdict=finding_dict(top, held.get(top.code, 0.0)), findings=others, timeline=timeline)
 

@@ -94,6 +94,9 @@ class StepDeriver:
         self.cur_handover = 0.0  # ... the training thread's wait for a batch another thread made (agent/_handover.py)
         self.cur_handover_n = 0
         self.handover_steps = 0  # steps whose data wait is their hand-over wait
+        # What measured the latest step whose wait was measured on the training thread ("handover", "outside", or
+        # None): a loop whose first steps were timed before the hand-over wrappers went in is a hand-over loop after.
+        self.last_measured: str | None = None
         self.fed: int | None = None  # the loader a prefetcher's thread iterates (feed records), where one does
         self.own_steps = 0  # steps whose own code was measured (the model timed, the data wait known)
         self.own_estimated = 0  # steps between the agent's bursts: their own code from the measured steps' share
@@ -324,6 +327,7 @@ class StepDeriver:
         if not self.cur_batches and self.cur_handover_n:
             wait = min(self.cur_handover, dur)  # the training thread waited for another thread's batch
             self.handover_steps += 1
+            self.last_measured = "handover"
         if self.cur_outside_n and (self.cur_batches or self.cur_handover_n):
             own = max(0.0, min(self.cur_outside, dur) - wait)  # outside the model, not waiting: the loop's own code
             self.own_steps += 1
@@ -332,6 +336,7 @@ class StepDeriver:
         elif self.cur_outside_n and not self.cur_batches:
             wait = min(self.cur_outside, dur)  # no loader fed this step: its wait is outside the model
             self.outside_steps += 1
+            self.last_measured = "outside"
             _decayed(self.outside_share, wait, dur, end)
         elif (self.cur_batches or self.cur_handover_n) and self.own_steps:
             share_now = self.own_share_now(end)

@@ -183,7 +183,8 @@ class Run:
         training thread's wait for a batch another thread makes ("handover": a prefetcher's queue, a pool's future), the
         latest steps' time outside the model where no loader fed them ("outside_model"), or None (nothing does: a
         loop with no loader whose model the agent does not time; its data wait is unknown, not 0)."""
-        if self.deriver.outside_steps and len(self.steps) and self.steps.loader[-1] == 0:
+        d = self.deriver
+        if d.outside_steps and d.last_measured != "handover" and len(self.steps) and self.steps.loader[-1] == 0:
             return "outside_model"
         train = self.train_loader()
         if self.deriver.handover_steps and (train is None or not train.batches):

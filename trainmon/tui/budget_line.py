@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainmon.tui.lines import Line
 from trainmon.view.frames import RunView
 
-BUDGET_ROLES = {"wait": "wait", "compute": "compute", "frozen": "critical", "long": "warning"}
+BUDGET_ROLES = {"wait": "wait", "compute": "compute", "model": "compute", "frozen": "critical", "long": "warning"}
 LABEL = "time "
 
 

@@ -21,6 +21,8 @@ SHORT = {
     "data_wait": "wait",
     "communication": "comm",
     "compute": "compute",
+    "model": "model",  # compute split where the model was timed: forward, backward, optimizer
+    "own_code": "own",  # and the loop's own code (metrics, logging, progress bars)
     "evaluation": "eval",
     "checkpoints": "ckpt",
     "epoch_restarts": "restarts",
@@ -48,7 +50,11 @@ def budget_shares(run: Run, instant: float, th: Thresholds) -> list[tuple[str, f
     budget = time_budget(run, instant, th)
     shares: list[tuple[str, float]] = []
     if budget is not None and budget.wall_s > 0:
-        parts = sorted(budget.parts.items(), key=lambda kv: -kv[1])
+        split = dict(budget.parts)
+        if budget.compute.get("own_code", 0.0) > 0:  # the model timed: compute told as the model and the own code
+            split.pop("compute", None)
+            split.update(model=budget.compute.get("model", 0.0), own_code=budget.compute["own_code"])
+        parts = sorted(split.items(), key=lambda kv: -kv[1])
         shares = [(SHORT.get(k, k), v / budget.wall_s) for k, v in parts if v / budget.wall_s >= MIN_SHARE]
     _CACHE[run] = (instant, run.steps.clears, shares, time.perf_counter() - started)
     return shares
