@@ -330,8 +330,8 @@ def test_the_ranks_of_a_torchrun_job_started_without_trainmon_are_one_job(discov
             line = launcher.stdout.readline()
             assert line, f"torchrun ended before both ranks started: {''.join(said)[-2000:]}"
             said.append(line)
-            if (found := re.search(r"start rank=(\d) pid=(\d+)", line)) is not None:
-                ranks[int(found[1])] = int(found[2])
+            # both ranks write to one pipe: a rank's line can land on the other's before its newline
+            ranks.update((int(r), int(p)) for r, p in re.findall(r"start rank=(\d) pid=(\d+)", line))
 
         def runs():
             got = {r.pid: r for r in m.store.runs.values() if r.pid in ranks.values()}

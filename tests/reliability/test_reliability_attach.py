@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.procs import child_env, start_recorder, stop, trainmon_cmd
+from testsupport.procs import attach_cli, start_recorder, stop
 from trainmon.record import load_recording
 
 PLAIN = Path(__file__).resolve().parents[2] / "tests" / "workloads" / "plain_loop.py"
@@ -39,13 +39,7 @@ def test_an_attached_training_outlives_its_monitor_and_comes_back_to_the_next(ad
         deadline = time.monotonic() + 30
         while not _meters(out) and time.monotonic() < deadline:
             time.sleep(0.2)
-        res = subprocess.run(
-            trainmon_cmd("attach", str(train.pid), "--listen", addr),
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        res = attach_cli(train.pid, addr)
         assert res.returncode == 0, res.stderr
         time.sleep(3.0)
         recorder.kill()  # the monitor dies; a stale socket stays behind

@@ -8,7 +8,7 @@ import pytest
 
 from testsupport.stores import uniform_store, worker_figs
 from trainmon.diagnose import Thresholds, VerdictTracker, evaluate
-from trainmon.diagnose.findings import Finding, headline
+from trainmon.diagnose.findings import Finding, headline, ranked
 from trainmon.store.store import Store
 
 
@@ -169,6 +169,18 @@ def test_severity_outranks_priority():
         Finding("input.io", "warning", ""),
     ]
     assert headline(fs).code == "stall.periodic"
+
+
+def test_of_two_parts_of_the_step_at_one_severity_the_larger_leads_in_their_places():
+    receive = Finding("input.main_process", "critical", "", evidence={"data_wait_fraction": 0.21})
+    own = Finding("host.loop_code", "critical", "", evidence={"data_wait_fraction": 0.21, "own_code_fraction": 0.3})
+    hang = Finding("stall.hang", "critical", "")
+    small = Finding("input.io", "warning", "", evidence={"data_wait_fraction": 0.5})
+    assert [f.code for f in ranked([receive, own, small])] == ["host.loop_code", "input.main_process", "input.io"]
+    assert headline([receive, own]).code == "host.loop_code"
+    own.evidence["own_code_fraction"] = 0.2
+    assert headline([own, receive]).code == "input.main_process"
+    assert ranked([own, hang, receive])[0] is hang  # a finding that names no part of the step keeps its place
 
 
 def test_thresholds_are_configurable():

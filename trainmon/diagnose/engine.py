@@ -11,7 +11,7 @@ from typing import Any
 from trainmon.diagnose import advice, rules
 from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.findings import IMMEDIATE, Finding, headline
+from trainmon.diagnose.findings import IMMEDIATE, Finding, headline, ranked
 from trainmon.diagnose.host_window import host_window
 from trainmon.diagnose.rules import Rule, RuleContext
 from trainmon.diagnose.spans import idle_spans
@@ -110,7 +110,7 @@ def evaluate(
         findings = [f for f in findings if f.code != "insufficient_data"]
     if not findings:
         findings.append(NO_AGENT)
-    return sorted(findings, key=lambda f: f.rank)
+    return ranked(findings)
 
 
 def _first(stage: tuple[Rule, ...], ctx: RuleContext) -> Finding | None:

@@ -114,5 +114,25 @@ class Finding:
         return out
 
 
+def step_share(f: Finding) -> float | None:
+    """The share of each step a finding's cause takes, where it names a part of the step: the data wait for an
+    input finding, the loop's own code for ``host.loop_code``; None for any other."""
+    key = "own_code_fraction" if f.code == "host.loop_code" else "data_wait_fraction" if f.code[:6] == "input." else ""
+    share = f.evidence.get(key) if key else None
+    return float(share) if isinstance(share, int | float) else None
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Worse severity first, then the table's priority; among findings of one severity that each name a part of
+    the step (data wait, the loop's own code) the larger part leads, in the places those findings hold."""
+    out = sorted(findings, key=lambda f: f.rank)
+    for severity in SEVERITIES:
+        places = [i for i, f in enumerate(out) if f.severity == severity and step_share(f) is not None]
+        parts = sorted((out[i] for i in places), key=lambda f: -(step_share(f) or 0.0))
+        for i, f in zip(places, parts, strict=True):
+            out[i] = f
+    return out
+
+
 def headline(findings: list[Finding]) -> Finding | None:
-    return min(findings, key=lambda f: f.rank) if findings else None
+    return ranked(findings)[0] if findings else None

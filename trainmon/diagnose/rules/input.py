@@ -74,10 +74,11 @@ def _main_process(
     suggested = advise_workers(
         evidence, max(2, math.ceil(f / max(th.advice_min_compute_share, 1 - f))), cpu_bound, host.cores, th
     )
+    where = f" by its thread {evidence['fed_by']}" if evidence.get("fed_by") else ""
     return Finding(
         "input.main_process",
         severity,
-        f"{f:.0%} of each step waits on data loaded in the main process (num_workers=0){idle}"
+        f"{f:.0%} of each step waits on data loaded in the main process{where} (num_workers=0){idle}"
         + ("" if is_nan(w.step_p50_s) else f"; step p50 {w.step_p50_s * 1e3:.0f} ms"),
         [],
         evidence,

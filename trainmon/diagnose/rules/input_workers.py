@@ -106,9 +106,12 @@ def cpu_finding(
     runq = ev.workers_mean("runq_ms_s")
     blocked = ev.workers_mean("blocked")
     ahead = ev.workers_mean("queue_wait")  # blocked on the index queue: waiting to be asked, not on a slow sample
+    # Busy is running or runnable: a worker waiting for a core on a contended host computes as much as it is let.
     cpu_bound = (not is_nan(cpu) and cpu >= th.worker_busy_pct) or (
-        not is_nan(runq) and runq >= th.runq_starved_ms_s and not is_nan(cpu) and cpu + runq / 10 >= th.worker_busy_pct
+        not is_nan(cpu) and not is_nan(runq) and cpu + runq / 10 >= th.worker_busy_pct
     )
+    if not cpu_bound and not is_nan(cpu) and not is_nan(blocked) and cpu >= th.worker_busy_pct / 2:
+        cpu_bound = (1 - blocked) * 100 >= th.worker_busy_pct  # its threads seldom found blocked: on a core or in line
     saturated = (not is_nan(host.cpu_busy) and host.cpu_busy >= th.cpu_saturated_pct) or (
         not is_nan(runq) and runq >= th.runq_starved_ms_s * 2
     )
