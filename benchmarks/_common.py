@@ -73,6 +73,11 @@ def with_readme_table(readme: str, rows: Sequence[Row]) -> str:
     return head + start + "\n" + "\n".join(markdown_table(rows)) + "\n" + end + tail
 
 
+def rows_of(text: str) -> list[Row]:
+    """The rows of a results.json's text."""
+    return [Row(**r) for r in json.loads(text)["rows"]]
+
+
 def read_results(path: Path = RESULTS_JSON) -> tuple[list[str], list[Row]]:
     """(context lines, rows) of the last full run."""
     data = json.loads(path.read_text())

@@ -1,5 +1,9 @@
 """``make bench``: every benchmark of the README's Overhead table on this machine, one table, and benchmarks/results.md.
 
+Every figure is held against its value in benchmarks/results.json as committed (benchmarks/_regress.py): one that got
+more than 20 % worse, at the same ratio to its peers where the row names them, is printed as REGRESSED, written into
+the results' context, and the run exits with status 1.
+
 Each benchmark runs as its own process (``--json`` rows collected here), one after the other so they never
 compete with each other; what else was running on the host is written down with the results.
 
@@ -31,6 +35,7 @@ from benchmarks._common import (
     with_readme_table,
     write_results,
 )
+from benchmarks._regress import committed_rows, regressions
 from testsupport.paths import ROOT
 from testsupport.procs import PY
 
@@ -124,6 +129,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only these benchmarks")
     ap.add_argument("--no-write", action="store_true", help="do not rewrite benchmarks/results.md")
     args = ap.parse_args()
+    committed = committed_rows()  # the budget: what was last committed, before this run writes anything
     tmp = tempfile.mkdtemp(prefix="tm-bench-all-")
     before = other_load()
     started = time.strftime("%Y-%m-%d %H:%M %Z")
@@ -155,6 +161,13 @@ def main() -> int:
         f"{len([r for r in rows if r.met])} targets met, {len(missed)} missed"
         + (f": {'; '.join(missed)}" if missed else "")
     )
+    regressed = regressions(committed, rows)
+    for r in regressed:
+        print(r.line())
+    print(f"{len(regressed)} figures REGRESSED against results.json at HEAD" if regressed else "no figure regressed")
+    context.append(
+        "against the committed results: " + ("; ".join(r.line() for r in regressed) if regressed else "no regression")
+    )
     if not args.no_write:
         if args.only and RESULTS_JSON.exists():  # a partial run replaces its own rows among the last full run's
             old_context, old_rows = read_results()
@@ -167,7 +180,7 @@ def main() -> int:
             f"wrote {RESULTS.relative_to(ROOT)}, {RESULTS_JSON.relative_to(ROOT)} and the README's Overhead table "
             "(the notes under the table in results.md say how each figure was measured)"
         )
-    return 0
+    return 1 if regressed else 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ monitor makes of them."""
 
 from __future__ import annotations
 
+import gc
 import math
 from array import array
 from types import SimpleNamespace
@@ -85,3 +86,35 @@ def test_per_step_text():
     assert per_step_text(940) == "0.9µs"
     assert per_step_text(390_000) == "390µs"
     assert per_step_text(1_240_000) == "1.2ms"
+
+
+def test_an_optimizer_step_is_recorded_through_its_step_code_unless_a_class_overrides_it():
+    import torch
+
+    from trainmon.agent._torch_hooks import step_code_hookable
+
+    cls = torch.optim.Optimizer
+    assert step_code_hookable(cls)  # torch's step wrapper calls it, and no optimizer of torch's has its own
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([p], lr=0.1)
+    own = vars(cls)["_optimizer_step_code"]
+    try:
+        cls._optimizer_step_code = _hot.optimizer_step_code
+        _hot.reset_buffer()
+        for _ in range(3):
+            opt.step()
+        records = _hot.swap_buffer()
+        assert [records[k] & 0xFF for k in range(0, len(records), 4)] == [P.K_OPT] * 3
+        assert not step_code_hookable(cls)  # already ours: not patched twice
+
+        class Profiled(torch.optim.SGD):
+            def _optimizer_step_code(self) -> None:  # a class of its own: its steps would bypass ours
+                return None
+
+        cls._optimizer_step_code = own
+        assert not step_code_hookable(cls)
+        del Profiled
+        gc.collect()  # a class is in its base's __subclasses__ until collected
+        assert step_code_hookable(cls)
+    finally:
+        cls._optimizer_step_code = own

@@ -34,3 +34,30 @@ def test_a_new_run_replaces_the_table_and_nothing_else() -> None:
     with pytest.raises(ValueError):
         with_readme_table("no markers here", rows)
     assert RESULTS_JSON.name == "results.json"
+
+
+def test_a_figure_more_than_a_fifth_worse_than_committed_is_regressed() -> None:
+    from benchmarks._regress import figure, peer, regressions
+
+    assert figure("1,174,100/s") == (1174100.0, "/s") and figure("22.1 MB/h") == (22.1, "MB/h")
+    assert figure("not run") is None and peer("nvitop 1.05 % (2.48×) · glances 3.45 %") == ("nvitop", 1.05, "%")
+    old = [
+        Row("agent", "", "1.00 µs", source="a"),
+        Row("ingest", "", "1,000,000/s", source="a"),
+        Row("TUI", "", "2.00 %", "nvitop 1.00 % (2.0×)", source="b"),
+        Row("cuda", "", "not run", source="a"),
+    ]
+    new = [
+        Row("agent", "", "1.30 µs", source="a"),  # 30 % more: regressed
+        Row("ingest", "", "850,000/s", source="a"),  # a rate 15 % lower: within the budget
+        Row("TUI", "", "3.00 %", "nvitop 2.00 % (1.5×)", source="b"),  # a busier host: better against its peer
+        Row("cuda", "", "0.50 µs", source="a"),  # nothing to hold it against
+        Row("agent", "", "9.00 µs", source="other"),  # another benchmark's row of the same name
+    ]
+    got = regressions(old, new)
+    assert [(r.figure, r.basis) for r in got] == [("agent", "raw")]
+    assert got[0].line() == "REGRESSED agent: 1.00 µs → 1.30 µs (+30%)"
+    worse_peer = [Row("TUI", "", "2.00 %", "nvitop 0.50 % (4.0×)", source="b")]
+    assert [r.basis for r in regressions(old, worse_peer)] == ["nvitop"]  # same figure, twice the peer's ratio
+    assert not regressions(old, [Row("ingest", "", "700,000/s", source="a")], tolerance=0.5)
+    assert peer("bare wrapper 0.10 µs") is None  # a floor, not another tool

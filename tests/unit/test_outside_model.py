@@ -9,7 +9,7 @@ import pickle
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -442,3 +442,40 @@ def test_the_calibration_times_copies_that_touch_none_of_the_wrappers_state():
     assert step_ns >= 0 and forward_ns >= 0
     assert {name: list(getattr(_outside, name)) for name in state} == before
     assert len(_hot.swap_buffer()) == 0  # no record reaches the monitor
+
+
+def test_the_model_is_found_from_the_training_threads_frames_and_else_among_all_objects(monkeypatch):
+    class Trainer:  # holds the model and its optimizer two attributes deep, as a framework's trainer does
+        def __init__(self) -> None:
+            self.state = SimpleNamespace(model=torch.nn.Sequential(_Net()))
+            self.optimizers = [torch.optim.SGD(self.state.model.parameters(), lr=0.01)]
+
+    trainer = Trainer()
+    scanned: list[bool] = []
+    collected = _outside._collected
+    monkeypatch.setattr(_outside, "_collected", lambda *a: scanned.append(True) or collected(*a))
+    roots, optimizers = _outside.find_targets(torch)
+    assert roots == [trainer.state.model] and optimizers == trainer.optimizers and not scanned
+    del trainer, roots, optimizers
+
+    def hidden() -> tuple[torch.nn.Module, torch.optim.Optimizer]:  # reachable from no frame: only from a closure
+        net = _Net()
+        return net, torch.optim.SGD(net.parameters(), lr=0.01)
+
+    def holder() -> Callable[[], tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        pair = hidden()
+        return lambda: pair
+
+    get = holder()
+    monkeypatch.setattr(_outside, "_reachable", lambda *a: ([], []))  # what other tests left may be reachable
+    roots, optimizers = _outside.find_targets(torch)
+    assert scanned and get()[0] in roots and get()[1] in optimizers
+
+
+def test_a_block_whose_forward_the_thread_is_in_is_not_taken_for_the_model():
+    model = torch.nn.Sequential(_Net(), _Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    block = model[0]  # a frame inside the model: the block's forward, its `self`
+    assert _outside._roots([block], [opt], whole=True) == []  # it holds a part of what the optimizer trains
+    assert _outside._roots([block, model], [opt], whole=True) == [model]
+    assert _outside._roots([block], [opt]) == [block]  # among every object, the block is all there is

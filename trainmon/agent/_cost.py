@@ -98,6 +98,11 @@ def calibrate(kinds: Iterable[str] = PRICED) -> dict[str, float]:
             patched = type("_Patched", (_Iter,), {"__next__": _clone(_hot.wrap_next(_work), hot_globals)})()
             bare = type("_Bare", (_Iter,), {"__next__": _work})()
             out[kind] = _paired(_nexts(bare), _nexts(patched))
+        elif kind == "opt" and _hot.opt_record_via[0] == "step_code":
+            step_code = _clone(_hot.optimizer_step_code, hot_globals)
+            patched = type("_PatchedOptimizer", (), {"_optimizer_step_code": step_code})()
+            bare = type("_BareOptimizer", (), {"_optimizer_step_code": _noop})()
+            out[kind] = _paired(_step_codes(bare), _step_codes(patched))
         elif kind == "opt":
             hook = _clone(_hot.optimizer_step_post_hook, hot_globals)
             out[kind] = _paired(_post_hooks({}), _post_hooks({0: hook}))
@@ -115,6 +120,15 @@ def _nexts(it: Any) -> Callable[[int], None]:
     def loop(n: int) -> None:  # as a DataLoader loop calls its iterator
         for _ in range(n):
             next(it)
+
+    return loop
+
+
+def _step_codes(optimizer: Any) -> Callable[[int], None]:
+    def loop(n: int) -> None:  # as torch.optim.Optimizer.step calls it, after the step's own work
+        for _ in range(n):
+            _work()
+            optimizer._optimizer_step_code()
 
     return loop
 

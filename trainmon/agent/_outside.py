@@ -6,9 +6,9 @@ step is the model (forward, backward, the optimizer's work) and the loop's own c
 of its own, as nanoGPT's train.py has, or a prefetcher's thread feeding it through a queue: agent/_handover.py) has
 no ``__next__`` of a DataLoader to time at all. Once ENABLE_AFTER optimizer steps came, fed or not (the sender thread
 sees that in the records it collects), the agent times the model itself: the forward of each root module holding
-parameters (the optimizer's first: found once
-from its parameters, by one scan of the garbage collector's objects, so a DDP or ``torch.compile`` wrapper is the
-module timed, never what it wraps), ``torch.autograd.backward``, and the optimizer's work: each optimizer's ``step``
+parameters (the optimizer's first: found once from its parameters, among what the training thread's frames reach,
+or else the garbage collector's objects, so a DDP or ``torch.compile`` wrapper is the module timed, never what it
+wraps), ``torch.autograd.backward``, and the optimizer's work: each optimizer's ``step``
 and ``zero_grad`` and ``torch.nn.utils.clip_grad_norm_``. A step's time outside the model is its span (from the end of
 the previous optimizer step to the start of this one) less the time in all of those inside it; it is sent just before
 the step's ``opt`` record, as a ``K_OUTSIDE`` record. The monitor takes the step's data wait from it where no loader
@@ -237,31 +237,101 @@ def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def find_targets(torch: Any) -> tuple[list[Any], list[Any]]:
-    """(root modules to time, optimizers): one pass over the collector's objects. A root is a module no other module
-    holds as a child (a DDP or compiled wrapper, not what it wraps); those holding an optimizer's parameters come
-    first, then other roots with parameters (a teacher, a frozen encoder: model compute too)."""
+    """(root modules to time, optimizers). A root is a module no other module found holds (a DDP or compiled wrapper,
+    not what it wraps); those holding an optimizer's parameters come first, then other roots with parameters (a
+    teacher, a frozen encoder: model compute too). Looked for first in what the training thread's frames reach (a few
+    hundred objects: a loop's locals, its script's globals, a trainer's attributes), and only where that finds no
+    module holding an optimizer's parameters in the collector's objects (hundreds of thousands once torch is imported:
+    a tenth of a second or more, holding the interpreter's lock)."""
     module_t, optimizer_t = torch.nn.Module, torch.optim.Optimizer
+    for search in (_reachable, _collected):
+        modules, optimizers = search(module_t, optimizer_t)
+        roots = _roots(modules, optimizers, whole=search is _reachable)
+        if roots:
+            return roots, optimizers
+    return [], []
+
+
+STACK_DEPTH = 4  # attribute and item levels followed from a frame's locals (Lightning: self.trainer.strategy.model)
+STACK_OBJECTS = 20_000  # objects looked at, at most
+_LEAVES = (str, bytes, bytearray, int, float, complex, bool, type(None), type, MethodType, CodeType)
+
+
+def _reachable(module_t: type, optimizer_t: type) -> tuple[list[Any], list[Any]]:
+    """Modules and optimizers reachable from the training thread's frames: their locals, the globals of the script
+    running as ``__main__``, then attributes, dict values and list items, STACK_DEPTH levels deep. Never a module's
+    attributes (its submodules are its own) nor a Python module's but ``__main__``'s."""
+    import sys
+    import types
+
+    frame = sys._current_frames().get(_hot._train[0])
+    level: list[Any] = []
+    while frame is not None:
+        level.extend(frame.f_locals.values())
+        frame = frame.f_back
+    main = sys.modules.get("__main__")
+    if main is not None:
+        level.extend(vars(main).values())
+    modules: list[Any] = []
+    optimizers: list[Any] = []
+    seen: set[int] = set()
+    for _ in range(STACK_DEPTH + 1):
+        deeper: list[Any] = []
+        for obj in level:
+            if id(obj) in seen or len(seen) >= STACK_OBJECTS:
+                continue
+            seen.add(id(obj))
+            cls = type(obj)  # never obj.__class__: a proxy object may compute it
+            if issubclass(cls, module_t):
+                modules.append(obj)
+            elif issubclass(cls, optimizer_t):
+                optimizers.append(obj)
+            elif issubclass(cls, dict):
+                deeper.extend(list(obj.values())[:256])
+            elif issubclass(cls, list | tuple | set | frozenset):
+                deeper.extend(list(obj)[:256])
+            elif not issubclass(cls, _LEAVES) and not isinstance(obj, types.ModuleType | types.FunctionType):
+                own = getattr(obj, "__dict__", None)  # a plain object's attributes (a trainer, a config)
+                if type(own) is dict:
+                    deeper.extend(list(own.values())[:256])
+        level = deeper
+    return modules, optimizers
+
+
+def _collected(module_t: type, optimizer_t: type) -> tuple[list[Any], list[Any]]:
+    """Every module and optimizer the garbage collector tracks: one pass over its objects."""
     modules: list[Any] = []
     optimizers: list[Any] = []
     for obj in gc.get_objects():
-        cls = type(obj)  # never obj.__class__: a proxy object may compute it
+        cls = type(obj)
         if issubclass(cls, module_t):
             modules.append(obj)
         elif issubclass(cls, optimizer_t):
             optimizers.append(obj)
-    if not optimizers:
-        return [], []
-    children = {id(c) for m in modules for c in (m.__dict__.get("_modules") or {}).values() if c is not None}
+    return modules, optimizers
+
+
+def _roots(modules: list[Any], optimizers: list[Any], whole: bool = False) -> list[Any]:
+    """The roots among ``modules`` (held by none of the others, however deep), those holding an optimizer's parameters
+    first; none where no root holds any, or (``whole``) where they do not hold all of them: what a frame reached may
+    be a block of the model whose forward the thread is in, not the model."""
+    if not optimizers or not modules:
+        return []
+    held = {id(sub) for m in modules for sub in m.modules() if sub is not m}
     trained = {id(p) for opt in optimizers for group in opt.param_groups for p in group.get("params", ())}
+    uncovered = set(trained)
     owners: list[Any] = []
     others: list[Any] = []
     for m in modules:
-        if id(m) in children:
+        if id(m) in held:
             continue
-        params = [id(p) for p in m.parameters()]
+        params = {id(p) for p in m.parameters()}
         if params:
             (owners if trained.intersection(params) else others).append(m)
-    return (owners + others)[:MAX_ROOTS] if owners else [], optimizers
+            uncovered -= params
+    if whole and uncovered:
+        return []
+    return (owners + others)[:MAX_ROOTS] if owners else []
 
 
 def _bind(obj: Any, name: str, prev_key: str, func: Callable[..., Any]) -> Callable[[], None]:
