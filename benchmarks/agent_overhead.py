@@ -89,6 +89,8 @@ class Loop:
 class ModelLoop:
     """A loop no DataLoader feeds: its batch made in the loop, then forward, backward, optimizer step, zero_grad."""
 
+    label = "loop with no DataLoader"
+
     def __init__(self) -> None:
         self.model = torch.nn.Linear(16, 16)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.0)
@@ -98,6 +100,27 @@ class ModelLoop:
         model, opt, x = self.model, self.opt, self.x
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         for _ in range(steps):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        return (time.perf_counter_ns() - t0) / steps, (time.thread_time_ns() - c0) / steps
+
+
+class LoaderModelLoop(ModelLoop):
+    """The same model fed by a DataLoader on the training thread: its wait timed at every batch, the model in bursts
+    that split the rest of the step into the model and the loop's own code."""
+
+    label = "DataLoader loop with a model"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.it = iter(DataLoader(Trivial(), batch_size=None, num_workers=0))
+
+    def block(self, steps: int) -> tuple[float, float]:
+        model, opt, x, it = self.model, self.opt, self.x, self.it
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        for _ in range(steps):
+            next(it)
             model(x).sum().backward()
             opt.step()
             opt.zero_grad()
@@ -240,8 +263,10 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         agent.detach()
 
 
-def no_loader_rows(address: str, pairs: int, steps: int, run_s: float) -> list[Row]:
-    """The model timed in a loop with no DataLoader (agent/_outside.py). The training thread's part in two paired
+def burst_rows(address: str, pairs: int, steps: int, run_s: float, loop: ModelLoop) -> list[Row]:
+    """The model timed in bursts (agent/_outside.py), in a loop with no DataLoader or one a DataLoader feeds (there the
+    DataLoader's and the optimizer's hooks come on top: paired on against off, with the probe off, as the rows above
+    measure them). The training thread's part in two paired
     measurements: a measured step (the wrappers on every step) and a step between bursts, where no wrapper is in place
     and the training thread meets only the stack sampler taking the GIL now and then (the sampler started and
     stopped). Then the loop runs for ``run_s`` seconds in four stretches, the probe off and on in turn, the agent
@@ -254,15 +279,19 @@ def no_loader_rows(address: str, pairs: int, steps: int, run_s: float) -> list[R
     from trainmon.agent import _frames, _outside
 
     agent.attach(address)
-    loop = ModelLoop()
+    fed = isinstance(loop, LoaderModelLoop)
     try:
         probe = agent._agent.outside  # type: ignore[union-attr]
         probe.tries = 1 << 30  # switched on and off here only, never by the sender thread ...
         check_after, _outside.CHECK_AFTER = _outside.CHECK_AFTER, 1 << 30  # ... which would switch it off when a
         # batch of steps made before this thread switched it on comes with nothing measured yet
         tid = agent._agent.sender._thread.native_id  # type: ignore[union-attr]
+        hooks_on, hooks_off = agent_hooks()
+        hooks = paired(loop.block, hooks_on, hooks_off, pairs, steps, None, settle=50) if fed else None
+        hooks_on()
         probe.price_ns = (0.0, 0.0)  # priced at nothing: every step measured
         every = paired(loop.block, probe.enable, probe.disable, pairs, steps, tid, settle=50)
+        probe.fed = fed  # the budget of a loop a loader feeds (the sender decides it from the records it collects)
 
         samplers: list[Any] = []
 
@@ -330,10 +359,18 @@ def no_loader_rows(address: str, pairs: int, steps: int, run_s: float) -> list[R
     per_s = per_sample * _frames.RATE_HZ
     sampler_ns = per_s / max(1.0, 1e9 / between["base_ns"])  # its CPU per second over the steps in a second
     thread_ns = share * every["thread_cpu_ns"] + (1 - share) * max(0.0, between["thread_cpu_ns"])
-    total = thread_ns + max(0.0, sender_ns) + sampler_ns
+    hooks_ns = hooks["thread_cpu_ns"] if hooks is not None else 0.0
+    total = hooks_ns + thread_ns + max(0.0, sender_ns) + sampler_ns
+    hooks_txt = (
+        f"the DataLoader's and optimizer's hooks {hooks_ns / 1e3:.2f} µs (95% CI {hooks['ci'][0] / 1e3:.2f}.."
+        f"{hooks['ci'][1] / 1e3:.2f}, training-thread CPU, paired) + "
+        if hooks is not None
+        else ""
+    )
+    name = loop.label
     return [
         Row(
-            "per measured step, loop with no DataLoader (wrappers on)",
+            f"per measured step, {name} (wrappers on)",
             "measured (no target)",
             f"{every['thread_cpu_ns'] / 1e3:.2f} µs",
             note=(
@@ -345,12 +382,13 @@ def no_loader_rows(address: str, pairs: int, steps: int, run_s: float) -> list[R
             ),
         ),
         Row(
-            "per step, loop with no DataLoader (model timed in bursts)",
+            f"per step, {name} (model timed in bursts)",
             "≤ 1 µs (stretch 0.7)",
             f"{total / 1e3:.2f} µs",
             met=total <= TARGET_NS,
             note=(
-                f"{share:.1%} of steps measured over {run_s / 2:.0f} s of the loop as the agent paced its bursts "
+                hooks_txt
+                + f"{share:.1%} of steps measured over {run_s / 2:.0f} s of the loop as the agent paced its bursts "
                 f"({bursts} bursts, duty {duty:.1%}): training thread {thread_ns / 1e3:.2f} µs (that share at a "
                 f"measured step's cost, the rest at a step between bursts, where the stack sampler takes the GIL 20 "
                 f"times a second: {between['thread_cpu_ns'] / 1e3:+.2f} µs, 95% CI {between['ci'][0] / 1e3:+.2f}.."
@@ -422,7 +460,8 @@ def measure(pairs: int, steps: int, burst_run_s: float = 40.0) -> list[Row]:
             rec.send_signal(signal.SIGCONT)
         rows.append(step_row("per step, monitor frozen (SIGSTOP)", frozen, "the sender drops the oldest records"))
         rows[-1].anchor = floor_txt
-        rows += no_loader_rows(address, pairs, steps, burst_run_s)
+        rows += burst_rows(address, pairs, steps, burst_run_s, ModelLoop())
+        rows += burst_rows(address, pairs, steps, burst_run_s, LoaderModelLoop())
     finally:
         force_stop(rec)
     return rows

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from testsupport import other_user
 from testsupport.paths import ROOT
 from testsupport.procs import wait_for
 from trainmon.attach import (
@@ -589,18 +590,8 @@ def test_bad_pids_are_usage_errors() -> None:
         assert res.stderr.startswith("trainmon: error: PID: expected a process id"), res.stderr
 
 
-def _as_nobody() -> tuple[str, ...] | None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PY):
-        return None
-    pre = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
-    probe = subprocess.run([*pre, SYSTEM_PY, "-c", "import os; print(os.geteuid())"], capture_output=True, text=True)
-    return pre if probe.returncode == 0 and probe.stdout.strip() != "0" else None
-
-
-NOBODY = _as_nobody()
-needs_nobody = pytest.mark.skipif(
-    NOBODY is None, reason="needs root, setpriv and /usr/bin/python3.11 to run as user nobody"
-)
+NOBODY = other_user.AS_NOBODY if other_user.nobody() else None  # the checkout may be closed to nobody: it runs a copy
+needs_nobody = pytest.mark.skipif(NOBODY is None, reason=other_user.SKIP_REASON)
 
 
 def _attach_as_nobody(pid: int, addr: str) -> tuple[int, str]:
@@ -612,7 +603,7 @@ def _attach_as_nobody(pid: int, addr: str) -> tuple[int, str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(_env(), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", HOME="/nonexistent"),
+        env=dict(_env(), PYTHONPATH=other_user.staged_path() or "", PYTHONDONTWRITEBYTECODE="1", HOME="/nonexistent"),
         cwd="/",
     )
     assert res.stdout == "" and len(res.stderr.splitlines()) == 1, res

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from testsupport import other_user
 from trainmon.monitor import Monitor
 from trainmon.sources.discover import Discovery
 from trainmon.view import extract
@@ -193,7 +193,7 @@ def test_discovery_skips_itself_its_ancestors_and_examines_a_process_once():
     assert d.examined - examined <= 2 * len(young_python)
 
 
-@pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.skipif(other_user.nobody() is None, reason=other_user.SKIP_REASON)
 def test_another_users_trainings_are_not_read():
     proc = start_training("healthy", seconds=60)
     try:
@@ -202,11 +202,11 @@ def test_another_users_trainings_are_not_read():
             "print(json.dumps(sorted(Discovery().scan())))"
         )
         out = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PY, "-c", code],
+            [*other_user.AS_NOBODY, other_user.SYSTEM_PY, "-c", code],  # a copy of trainmon nobody can read
             capture_output=True,
             text=True,
             timeout=60,
-            env=plain_env(PYTHONPATH=str(ROOT)),
+            env=plain_env(PYTHONPATH=other_user.staged_path() or ""),
             cwd="/",
         )
         assert out.returncode == 0, out.stderr

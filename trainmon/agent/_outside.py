@@ -299,16 +299,28 @@ def _reachable(module_t: type, optimizer_t: type) -> tuple[list[Any], list[Any]]
 
 
 def _collected(module_t: type, optimizer_t: type) -> tuple[list[Any], list[Any]]:
-    """Every module and optimizer the garbage collector tracks: one pass over its objects."""
-    modules: list[Any] = []
-    optimizers: list[Any] = []
-    for obj in gc.get_objects():
-        cls = type(obj)
-        if issubclass(cls, module_t):
-            modules.append(obj)
-        elif issubclass(cls, optimizer_t):
-            optimizers.append(obj)
-    return modules, optimizers
+    """Every module and optimizer the garbage collector tracks: its objects filtered by their type at C speed (the
+    classes of both kinds known now, in a set), with no Python code run per object."""
+    from itertools import compress
+
+    kinds = _subclasses(module_t) | _subclasses(optimizer_t)
+    objects = gc.get_objects()
+    found = list(compress(objects, map(kinds.__contains__, map(type, objects))))
+    del objects
+    modules = [obj for obj in found if issubclass(type(obj), module_t)]
+    return modules, [obj for obj in found if issubclass(type(obj), optimizer_t)]
+
+
+def _subclasses(cls: type) -> set[type]:
+    """``cls`` and every class derived from it, however far down."""
+    out = {cls}
+    pending = [cls]
+    while pending:
+        for sub in type.__subclasses__(pending.pop()):
+            if sub not in out:
+                out.add(sub)
+                pending.append(sub)
+    return out
 
 
 def _roots(modules: list[Any], optimizers: list[Any], whole: bool = False) -> list[Any]:
