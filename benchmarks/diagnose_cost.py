@@ -9,7 +9,11 @@ calls it (live windows, change detection, every rule, the job's straggler and co
 - ``steady``: waits and optimizer steps only (the heavy-load recording's pattern);
 - ``comm``: plus one collective per step (``K_COMM``, ~30 % of the step), as a DDP job reports;
 - ``cuda``: plus each wait's exposed GPU idle (``K_EXPOSED``), as the agent measures on CUDA;
-- ``switch``: the data wait jumps to ~40 % of the step halfway through the timed ticks (a live change).
+- ``switch``: the data wait jumps to ~40 % of the step halfway through the timed ticks (a live change);
+- ``idle``: full windows, then ticks in which no run sends anything (the host is still sampled): what a run that sent
+  nothing since the last tick costs it (an eval pass, a pause, a hang before it is called one).
+
+Every scenario passes the monitor's ``WindowMemo``, as the monitor does.
 
     python benchmarks/diagnose_cost.py [--ranks 16] [--rate 1000] [--ticks 20] [--warm 30]
         [--scenario steady,comm,cuda,switch] [--profile] [--json FILE]
@@ -38,10 +42,14 @@ from trainmon import protocol as P
 from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.thresholds import Thresholds
+from trainmon.diagnose.window import WindowMemo
 from trainmon.store.store import Store
 
 NS = 1_000_000_000
-SCENARIOS = ("steady", "comm", "cuda", "switch")
+SCENARIOS = ("steady", "comm", "cuda", "switch", "idle")
+
+
+HOST = {"cpu.busy": 60.0, "cpu.iowait": 1.0, "cpu.cores": 16.0, "mem.used_pct": 40.0}
 
 
 class Feed:
@@ -54,6 +62,7 @@ class Feed:
         self.store = Store()
         self.t = [0.0] * ranks
         self.switch_at = float("inf")
+        self.idle_from = float("inf")
         job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": str(ranks)}
         for r in range(ranks):
             hello = {"pid": 1000 + r, "host": "bench", "rank": r, "job": {**job, "RANK": str(r)}}
@@ -62,6 +71,9 @@ class Feed:
             self.store.info(r + 1, 0.0, {"loader": loader})
 
     def until(self, upto: float) -> None:
+        if self.scenario == "idle" and upto > self.idle_from:
+            self.store.sample(upto, HOST)
+            return
         period = 1.0 / self.rate
         rnd = self.rnd
         wait_tag = P.K_WAIT | 1 << 8
@@ -82,7 +94,7 @@ class Feed:
                 recs += [P.K_OPT, int(t * NS), int(t * NS), 0]
             self.t[r] = t
             self.store.events(r + 1, t, array("q", recs))
-        self.store.sample(upto, {"cpu.busy": 60.0, "cpu.iowait": 1.0, "cpu.cores": 16.0, "mem.used_pct": 40.0})
+        self.store.sample(upto, HOST)
 
 
 def run(
@@ -92,6 +104,8 @@ def run(
     feed = Feed(scenario, ranks, rate)
     if scenario == "switch":
         feed.switch_at = warm + ticks / 2
+    if scenario == "idle":
+        feed.idle_from = warm + 1
     for s in range(1, warm + 1):
         feed.until(float(s))
     th = Thresholds()
@@ -99,12 +113,14 @@ def run(
     wall: list[float] = []
     changes: list[Change] = []
     findings = []
+    memo = WindowMemo()
+    evaluate(feed.store, float(warm), th, changes=[], window_memo=memo)  # the monitor judged the last tick too
     for tick in range(warm + 1, warm + ticks + 1):
         feed.until(float(tick))
         wall0, cpu0 = time.perf_counter(), time.thread_time()
         if profile is not None:
             profile.enable()
-        findings = evaluate(feed.store, float(tick), th, changes=changes)
+        findings = evaluate(feed.store, float(tick), th, changes=changes, window_memo=memo)
         if profile is not None:
             profile.disable()
         cost.append(time.thread_time() - cpu0)
@@ -137,7 +153,7 @@ def main() -> int:
                 f"evaluate CPU per tick, {scenario} ({args.ranks} ranks × {args.rate:.0f} steps/s)",
                 "",
                 f"{median(ms):.1f} ms (p95 {quantile(ms, 0.95):.1f} ms)",
-                note=f"{args.ticks} ticks after {args.warm} s; {median(ms) / args.ranks:.2f} ms per run; wall "
+                note=f"{args.ticks} ticks after {args.warm} s; {median(ms) / args.ranks * 1e3:.0f} µs per run; wall "
                 f"{wall_ms:.1f} ms; {found}",
             )
         )

@@ -316,6 +316,7 @@ def _subclasses(cls: type) -> set[type]:
     out = {cls}
     pending = [cls]
     while pending:
+        sub: type
         for sub in type.__subclasses__(pending.pop()):
             if sub not in out:
                 out.add(sub)

@@ -16,7 +16,7 @@ from trainmon.diagnose.host_window import host_window
 from trainmon.diagnose.rules import Rule, RuleContext
 from trainmon.diagnose.spans import idle_spans
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window
+from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window, window_key
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
@@ -75,29 +75,23 @@ def evaluate(
                 findings.append(ended)
                 judged += 1
                 continue
-            if since is None:
-                w, change = live_window(run, t0, t, th, window_memo)
-                if change is not None and changes is not None:
-                    changes.append(change)
-            else:
-                w, change = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t)), None
-            if w.steps == 0 and (not run.connected or run.last_seen < t0):
-                continue  # ended before this window, or never stepped in it
-            # Stalls recur: judged over a window cut at a change only once it is long enough to hold a pattern.
-            ctx.window, ctx.stalls = w, change is None or w.span_s >= STALLS_MIN_S
-            own = _all(rules.BEFORE_WARMUP, ctx)
-            if gate := _first(rules.WARMUP_GATE, ctx):
-                findings += [*own, gate]
+            key = _unchanged_key(run, t0, th) if since is None and window_memo is not None else None
+            cached = window_memo.judged.get(run, key) if key is not None and window_memo is not None else None
+            if cached is None:
+                cached = _judge(store, run, t, t0, since, th, ctx, window_memo)
+                if key is not None and window_memo is not None:
+                    window_memo.judged.put(run, key, cached)
+            elif window_memo is not None and cached.window is not None:
+                # the status line asks for this tick's window: the one judged, since the run sent nothing new
+                window_memo.windows.put(run, window_key(run, t0, t, th.window_steps), cached.window)
+            if cached.change is not None and changes is not None:
+                changes.append(cached.change)
+            own = list(cached.findings)
+            if cached.window is None or not cached.judged:
+                findings += own
                 continue
             judged += 1
-            jobs[run.job_key].append(w)
-            # Host and process figures over the span the steps cover, not after the run stopped.
-            end = t if is_nan(w.last_end) else min(t, w.last_end)
-            ctx.host = host_window(store, w.t0, end, run)  # the run's usable cores, shared with its host's runs
-            idle = idle_spans(w, th.long_step_factor)  # the workers are judged while the loop consumed their loader
-            ctx.evidence = gather(store, run, w.t0, end, th.throttle_power_cap_clock, w.loader_id, idle)
-            own += _all(rules.PER_RUN, ctx)
-            own = [advice.fit_to_window(f, w) for f in own]  # no advice for what the run already has
+            jobs[run.job_key].append(cached.window)
             run_findings[run.id] = own
             findings += own
         advice.localise_runs(findings, owners)
@@ -111,6 +105,68 @@ def evaluate(
     if not findings:
         findings.append(NO_AGENT)
     return ranked(findings)
+
+
+@dataclass
+class RunJudgement:
+    """What a run's window gave: the window judged (None: no steps in it, nothing judged), its live change, the
+    run's own findings (or those before the warm-up gate and the gate's), and whether it passed the gate."""
+
+    window: RunWindow | None
+    change: Change | None
+    findings: list[Finding]
+    judged: bool
+
+
+def _judge(
+    store: Store,
+    run: Any,
+    t: float,
+    t0: float,
+    since: float | None,
+    th: Thresholds,
+    ctx: RuleContext,
+    window_memo: WindowMemo | None,
+) -> RunJudgement:
+    """A run's window taken and judged by the per-run rules (after the ending rules found nothing)."""
+    if since is None:
+        w, change = live_window(run, t0, t, th, window_memo)
+    else:
+        w, change = run_window(run, since, t, min_steps=0, loader=busiest_loader(run, since, t)), None
+    if w.steps == 0 and (not run.connected or run.last_seen < t0):
+        return RunJudgement(None, change, [], False)  # ended before this window, or never stepped in it
+    # Stalls recur: judged over a window cut at a change only once it is long enough to hold a pattern.
+    ctx.window, ctx.stalls = w, change is None or w.span_s >= STALLS_MIN_S
+    own = _all(rules.BEFORE_WARMUP, ctx)
+    if gate := _first(rules.WARMUP_GATE, ctx):
+        return RunJudgement(w, change, [*own, gate], False)
+    # Host and process figures over the span the steps cover, not after the run stopped.
+    end = t if is_nan(w.last_end) else min(t, w.last_end)
+    ctx.host = host_window(store, w.t0, end, run)  # the run's usable cores, shared with its host's runs
+    idle = idle_spans(w, th.long_step_factor)  # the workers are judged while the loop consumed their loader
+    ctx.evidence = gather(store, run, w.t0, end, th.throttle_power_cap_clock, w.loader_id, idle)
+    own += _all(rules.PER_RUN, ctx)
+    return RunJudgement(w, change, [advice.fit_to_window(f, w) for f in own], True)  # no advice for what it has
+
+
+def _unchanged_key(run: Any, t0: float, th: Thresholds) -> tuple[Any, ...]:
+    """What a run's live judgement depends on besides the clock: everything the run sent (its revision, its step
+    table), its connection, and whether it was last heard of inside the window. A run that sent nothing since the
+    last tick keeps its judgement, and costs the tick its ending rules only (a hang is still found as time passes);
+    its window stays the one taken when it last sent something (where the live window would reach back for its
+    last ``window_steps`` steps anyway)."""
+    steps = run.steps
+    return (
+        run.revision,
+        steps.total,
+        len(steps),
+        steps.edits,
+        len(run.checkpoints),
+        run.connected,
+        run.ended,
+        run.last_seen >= t0,
+        id(th),
+    )
 
 
 def _first(stage: tuple[Rule, ...], ctx: RuleContext) -> Finding | None:

@@ -306,20 +306,24 @@ class WindowMemo:
 
     ``windows``: the latest window ``run_window`` took of each run, a hit while the run has the same steps and
     checkpoints and the same window is asked for. ``live``: the latest live window (and change) of
-    ``change.live_window``, likewise. A window holds its run, so the memo cannot hold runs weakly: ``retain`` (which
-    ``evaluate`` calls with the store's runs) forgets a run the store has forgotten, and with it its windows and
-    step table."""
+    ``change.live_window``, likewise. ``judged``: the engine's judgement of each run, a hit while the run has sent
+    nothing new (``engine._unchanged_key``). A window holds its run, so the memo cannot hold runs weakly: ``retain``
+    (which ``evaluate`` calls with the store's runs) forgets a run the store has forgotten, and with it its windows
+    and step table."""
 
     def __init__(self) -> None:
         self.windows: LatestByRun[RunWindow] = LatestByRun()
         # (window, its change.Change or None): typed loosely, since change.py builds on this module
         self.live: LatestByRun[tuple[RunWindow, Any]] = LatestByRun()
+        # The engine's judgement of each run (engine.RunJudgement), kept while the run sends nothing new
+        self.judged: LatestByRun[Any] = LatestByRun()
 
     def retain(self, runs: Iterable[Run]) -> None:
         """Forget every run not among ``runs`` (the store's)."""
         keep = set(runs)
         self.windows.retain(keep)
         self.live.retain(keep)
+        self.judged.retain(keep)
 
 
 def run_window(
@@ -340,13 +344,20 @@ def run_window(
     else computed and memoised (``memo=False`` for another window that should not displace it). Windows are
     read-only for their users. Without ``window_memo``, computed afresh: a pure function of the run.
     """
-    key = (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s, loader)
+    key = window_key(run, t0, t1, min_steps, max_lookback_s, loader)
     if window_memo is not None and (hit := window_memo.windows.get(run, key)) is not None:
         return hit
     w = _compute_window(run, t0, t1, min_steps, max_lookback_s, loader)
     if window_memo is not None and memo:
         window_memo.windows.put(run, key, w)
     return w
+
+
+def window_key(
+    run: Run, t0: float, t1: float, min_steps: int = 20, max_lookback_s: float = 120.0, loader: int | None = None
+) -> tuple[Any, ...]:
+    """What ``run_window`` memoises a window under: the run's steps and checkpoints so far, and the window asked."""
+    return (run.steps.total, len(run.checkpoints), t0, t1, min_steps, max_lookback_s, loader)
 
 
 def busiest_loader(run: Run, t0: float, t1: float) -> int | None:

@@ -64,6 +64,7 @@ class Run:
         self.eval_wait_s = 0.0
         self.comm_by_op: dict[str, float] = {}  # seconds blocked in each kind of collective (protocol.COMM_OPS)
         self.records = 0
+        self.revision = 0  # bumped by whatever the run sends that a judgement of it may read (not its cost records)
         self.gc = GcSpans(cap)  # the job's garbage-collection pauses
         self.beats = array("d")  # when the training did anything but collect garbage, every BEAT_S at most
         self.stack_dumps: list[dict[str, Any]] = []  # automatic stack dumps (trainmon.store.stacks), oldest first
@@ -251,6 +252,7 @@ class Run:
     # ------------------------------------------------------------ ingestion
 
     def apply_info(self, info: dict[str, Any]) -> None:
+        self.revision += 1
         if isinstance(loader := info.get("loader"), dict):
             lid = _as_int(loader.get("id"))
             if lid is not None and bounded(self.loaders, lid) == lid:
@@ -323,6 +325,8 @@ class Run:
         self.records += len(records) // 4
         exposed = comm = None
         kinds = _kinds(records)
+        if kinds.count(K_COST) != len(kinds):
+            self.revision += 1  # the agent's own cost alone changes no judgement of the run
         if K_COMPILE in kinds or K_MEMORY in kinds or K_COST in kinds:
             records = watched.take_records(self, records)
             kinds = _kinds(records)

@@ -77,6 +77,7 @@ class Store:
                 run = self.runs[run_id] = Run(run_id, hello, t, self._cap, self._series_keep_s)
                 self._share_step_budget()
             else:  # the same run reconnected (a restarted monitor or a dropped connection)
+                run.revision += 1
                 run.hello = hello
                 run.connected = True
                 run.ended = None
@@ -141,6 +142,7 @@ class Store:
             self._touch(t)
             run = self.runs.get(run_id)
             if run is not None:
+                run.revision += 1
                 run.connected = False
                 if run.ended is None:
                     run.ended = reason
