@@ -182,6 +182,7 @@ def test_a_fast_loop_attached_late_names_get_batch_by_time(addr, tmp_path):
     report = report_json(rec)
     verdict, (run,) = report["verdict"], report["runs"]
     detail = f"{verdict['code']}: {verdict['summary']} | {run.get('outside_samples')} | self {own}"
+    print(f"figures late-attached: trainmon wait {run['data_wait_fraction']:.3f}, {verdict['code']} | script {own}")
     assert verdict["code"] == "input.main_process", detail
     ev = verdict["evidence"]
     assert ev["measured_as"] == "outside_model" and ev["batch_function"].endswith("get_batch"), detail

@@ -282,6 +282,11 @@ def check_self_measured(name: str, report: dict, tmp_path, detail: str) -> None:
     assert abs(wait - script) <= max(0.07, 0.3 * script), detail
     assert abs(run["steps"] - own["steps"]) <= 0.01 * own["steps"], (run["steps"], own["steps"])
     parts = run["step_parts"]
+    print(  # beside the script's own figures, for whoever reads the run with -s
+        f"figures {name}: trainmon wait {wait:.3f}, steps {run['steps']}, own code {parts['own_code']}, "
+        f"{report['verdict']['code']} | script wait {script:.3f}, steps {own['steps']}, "
+        f"own code {own.get('own_code_fraction')}"
+    )
     assert abs(sum(parts[k] for k in ("data_wait", "model", "comm", "own_code")) - 1) <= 0.01, parts
     (budget,) = budgets(report)
     compute = budget["compute_parts_s"]
