@@ -50,9 +50,7 @@ def verdict(row: Row) -> str:
     return {True: "met", False: "MISSED", None: ""}[row.met]
 
 
-RESULTS_JSON = BENCH / "results.json"  # the rows of the last `make bench`, which results.md and the README show
-README_START = "<!-- overhead-table: written by make bench from benchmarks/results.json -->"
-README_END = "<!-- /overhead-table -->"
+RESULTS_JSON = BENCH / "results.json"  # the rows of the last `make bench`, which results.md and docs/overhead.md show
 
 
 def markdown_table(rows: Sequence[Row]) -> list[str]:
@@ -62,15 +60,6 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
         cells = [r.figure, r.target, r.measured, r.anchor, verdict(r)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
-
-
-def with_readme_table(readme: str, rows: Sequence[Row]) -> str:
-    """``readme`` with the table between its overhead-table markers replaced by ``rows``."""
-    head, start, rest = readme.partition(README_START)
-    _, end, tail = rest.partition(README_END)
-    if not start or not end:
-        raise ValueError("README.md has no overhead-table markers")
-    return head + start + "\n" + "\n".join(markdown_table(rows)) + "\n" + end + tail
 
 
 def rows_of(text: str) -> list[Row]:

@@ -1,4 +1,4 @@
-"""``make bench``: every benchmark of the README's Overhead table on this machine, one table, and benchmarks/results.md.
+"""``make bench``: every benchmark of docs/overhead.md on this machine, one table, and benchmarks/results.md.
 
 Every figure is held against its value in benchmarks/results.json as committed (benchmarks/_regress.py): one that got
 more than 20 % worse, at the same ratio to its peers where the row names them, is printed as REGRESSED, written into
@@ -32,15 +32,15 @@ from benchmarks._common import (
     other_load,
     read_results,
     read_rows,
-    with_readme_table,
     write_results,
 )
 from benchmarks._regress import committed_rows, regressions
+from scripts.reference import overhead_page
 from testsupport.paths import ROOT
 from testsupport.procs import PY
 
 RESULTS = BENCH / "results.md"
-README = ROOT / "README.md"
+OVERHEAD = ROOT / "docs" / "overhead.md"  # the reference page of these figures (scripts/reference.py)
 
 
 def benchmarks(soak_minutes: float) -> dict[str, list[str]]:
@@ -175,9 +175,9 @@ def main() -> int:
             context = [*old_context, f"rerun {started} ({', '.join(args.only)}): {context[0]}"]
         write_results(context, rows)
         RESULTS.write_text(markdown(rows, context))
-        README.write_text(with_readme_table(README.read_text(), rows))
+        OVERHEAD.write_text(overhead_page())
         print(
-            f"wrote {RESULTS.relative_to(ROOT)}, {RESULTS_JSON.relative_to(ROOT)} and the README's Overhead table "
+            f"wrote {RESULTS.relative_to(ROOT)}, {RESULTS_JSON.relative_to(ROOT)} and {OVERHEAD.relative_to(ROOT)} "
             "(the notes under the table in results.md say how each figure was measured)"
         )
     return 1 if regressed else 0

@@ -1,6 +1,6 @@
-"""The README's framework snippets (``<!-- snippet: NAME -->`` before a code block) run as written, each inside a
-small training of its framework that defines what the snippet uses (``model``, ``args``, ``ds``), reporting to a
-real monitor: the steps are the optimizer steps and the framework is the snippet's."""
+"""The framework snippets of docs/frameworks.md (``<!-- snippet: NAME -->`` before a code block) run as written, each
+inside a small training of its framework that defines what the snippet uses (``model``, ``args``, ``ds``), reporting to
+a real monitor: the steps are the optimizer steps and the framework is the snippet's."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ MODE = {"transformers": "explicit", "lightning": "explicit", "accelerate": "opt"
 
 
 def _snippets() -> dict[str, str]:
-    return dict(SNIPPET.findall((ROOT / "README.md").read_text()))
+    return dict(SNIPPET.findall((ROOT / "docs" / "frameworks.md").read_text()))
 
 
 def test_the_readme_has_one_snippet_per_framework():

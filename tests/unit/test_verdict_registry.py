@@ -1,5 +1,6 @@
-"""The verdict registry is the one list every consumer reads: the README's verdict table, every report format, the
-thresholds it names, the engine's priorities, the monitor's state sampling and the automatic dumps agree with it."""
+"""The verdict registry is the one list every consumer reads: the verdict reference (docs/verdicts.md), every report
+format, the thresholds it names, the engine's priorities, the monitor's state sampling and the automatic dumps agree
+with it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from testsupport.report_stores import SYNTHETIC_STORES
 from trainmon.diagnose.findings import CODES, IMMEDIATE, PRIORITY, Finding
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.verdicts import BY_CODE, GREY, VERDICTS, verdict
+from trainmon.diagnose.verdicts import GREY, VERDICTS, verdict
 from trainmon.monitor import states_matter
 from trainmon.report import FORMATS, build_report, render
 from trainmon.report.formats.html import _code_color
@@ -20,16 +21,20 @@ from trainmon.report.formats.html import _code_color
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_verdict_rows() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("\n## Verdicts") : text.index("\n### Scenarios")]
-    return re.findall(r"^\| `([a-z_.]+)` \|", section, flags=re.M)
+def reference_entries() -> list[str]:
+    text = (ROOT / "docs" / "verdicts.md").read_text()
+    return re.findall(r"^### `([a-z_.]+)`$", text, flags=re.M)
 
 
-def test_the_readme_table_lists_every_code_once_in_the_registrys_order():
-    rows = readme_verdict_rows()
-    assert sorted(rows) == sorted(BY_CODE), set(rows) ^ set(BY_CODE)
-    assert len(rows) == len(set(rows))
+def test_the_verdict_reference_lists_every_code_once_in_the_registrys_order():
+    assert reference_entries() == [v.code for v in VERDICTS]
+
+
+def test_every_placeholder_of_a_verdicts_conditions_is_one_of_its_thresholds():
+    for v in VERDICTS:
+        named = set(re.findall(r"\{(\w+)(?::%)?\}", v.when))
+        assert named <= set(v.thresholds), (v.code, named - set(v.thresholds))
+        assert v.explains and v.evidence and v.advice and v.when, v.code
 
 
 def test_every_threshold_a_verdict_names_exists_and_every_verdict_has_a_colour():

@@ -42,7 +42,7 @@ def parse_codes(arg: str, known: Iterable[str] | None = None) -> list[CodePatter
             continue
         pattern = CodePattern(part)
         if not any(pattern.matches(code) for code in table):
-            raise GateError(f"--fail-on: unknown verdict code {part!r} (see the README's verdict table)")
+            raise GateError(f"--fail-on: unknown verdict code {part!r} (see docs/verdicts.md)")
         out.append(pattern)
     if not out:
         raise GateError("--fail-on needs at least one verdict code")

@@ -77,7 +77,7 @@ EXTRA: dict[tuple[str, str], str] = {
 
 
 def knob_text(framework: str, knob: str, value: str) -> str:
-    """How ``framework``'s user sets DataLoader setting ``knob`` to ``value`` (the README's table)."""
+    """How ``framework``'s user sets DataLoader setting ``knob`` to ``value`` (docs/diagnosis.md's table)."""
     if knob not in LOADER_KNOBS:
         return KNOBS[framework].copy.strip()
     return render(AdviceItem(f"DataLoader({knob}={value})", {knob: value}), framework).text

@@ -2,7 +2,7 @@
 
 Defaults come from the established tools: the TensorBoard profiler plugin (DataLoader > 5 % of the step),
 SageMaker Debugger (CPU > 90 %, iowait), nvidia-resiliency-ext (straggler score < 0.75), the PyTorch Profiler
-plugin (communication > 10 % of the step); README "Verdicts".
+plugin (communication > 10 % of the step); docs/verdicts.md lists them with the verdicts that read them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Thresholds:
     checkpoint_critical_share: float = 0.30
     long_step_factor: float = 2.5  # a step this many times the median is a long step
     periodic_share: float = 0.15  # long steps take at least this share of the window
+    periodic_critical_share: float = 0.40  # ... critical from this share
     periodic_irregularity: float = 1.0  # (p90 − p10) / median of the gaps between unexplained long steps
     gc_explains: float = 0.5  # a long step is GC's when gen-2 pauses inside it are this share of its excess
     hang_min_s: float = 30.0  # no step for max(this, hang_step_factor × the p95 step) while alive: a hang

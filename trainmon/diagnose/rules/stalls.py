@@ -115,7 +115,8 @@ def periodic_stall(ctx: RuleContext) -> Finding | None:
             "raise the collector's thresholds (gc.set_threshold(50_000, 50, 100)), or gc.disable() and call "
             "gc.collect() yourself at epoch boundaries",
         ]
-    return Finding("stall.periodic", "critical" if share >= 0.4 else "warning", summary, advice, ev)
+    severity = "critical" if share >= th.periodic_critical_share else "warning"
+    return Finding("stall.periodic", severity, summary, advice, ev)
 
 
 def gc_explained(w: RunWindow, long_steps: list[tuple[float, float]], th: Thresholds) -> tuple[list[int], float]:
