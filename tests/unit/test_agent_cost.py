@@ -118,3 +118,17 @@ def test_an_optimizer_step_is_recorded_through_its_step_code_unless_a_class_over
         assert step_code_hookable(cls)
     finally:
         cls._optimizer_step_code = own
+
+
+def test_the_records_are_packed_in_order_and_a_malformed_one_is_left_out():
+    records = [(P.K_WAIT | 1 << 8, i, i + 1, 0) for i in range(2500)]
+    records[1500] = (P.K_OPT, 1.5, 2, 0)  # a float where an int goes: that record is dropped, not its chunk
+    records[2400] = (P.K_OPT, 1 << 70, 2, 0)  # beyond int64
+    flat = _hot.flat(records)
+    kept = [r for k, r in enumerate(records) if k not in (1500, 2400)]
+    assert flat.tolist() == [x for r in kept for x in r]
+    _hot.reset_buffer()
+    _hot.step()
+    _hot.mark(3)
+    got = _hot.swap_buffer()
+    assert [got[k] & 0xFF for k in (0, 4)] == [P.K_STEP, P.K_MARK] and _hot.pending_records() == 0

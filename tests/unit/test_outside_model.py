@@ -479,3 +479,5 @@ def test_a_block_whose_forward_the_thread_is_in_is_not_taken_for_the_model():
     assert _outside._roots([block], [opt], whole=True) == []  # it holds a part of what the optimizer trains
     assert _outside._roots([block, model], [opt], whole=True) == [model]
     assert _outside._roots([block], [opt]) == [block]  # among every object, the block is all there is
+    other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)  # trains no module found: no veto
+    assert _outside._roots([model], [opt, other], whole=True) == [model]

@@ -25,7 +25,6 @@ import gc
 import sys
 import time
 import types
-from array import array
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
@@ -91,7 +90,7 @@ def calibrate(kinds: Iterable[str] = PRICED) -> dict[str, float]:
     """Nanoseconds each hook of ``kinds`` adds per call, on this machine now: the agent's code against the same calls
     without it."""
     hot_globals = dict(vars(_hot))
-    hot_globals["_buf"] = array("q")  # the copies write here: nothing reaches the monitor
+    hot_globals["_buf"] = []  # the copies write here: nothing reaches the monitor
     out = {}
     for kind in kinds:
         if kind == "wait":

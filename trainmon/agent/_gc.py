@@ -8,7 +8,6 @@ nothing runs and nothing is recorded. Collections never nest, so one start time 
 from __future__ import annotations
 
 import gc
-import struct
 import time
 from typing import Any
 
@@ -16,7 +15,6 @@ from trainmon.agent import _hot
 from trainmon.protocol import K_GC
 
 _pc = time.perf_counter_ns
-_rec = struct.Struct("4q").pack
 _t0 = 0
 
 
@@ -26,7 +24,7 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             _t0 = _pc()
         else:
-            _hot._buf.frombytes(_rec(K_GC, _t0, _pc(), info["generation"]))
+            _hot._buf.append((K_GC, _t0, _pc(), info["generation"]))
     except Exception:
         pass  # the collector would print it to stderr; the training must never hear of trainmon
 

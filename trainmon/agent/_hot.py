@@ -1,8 +1,13 @@
 """The agent's per-batch and per-step path: clock reads and one append, nothing else.
 
-Every record is packed by one C call and appended with a single ``array.frombytes``, which is
-atomic under the GIL, so the sender thread can swap the buffer at any moment without tearing a
-record. (``array.extend`` of a 4-tuple converts each item through argument parsing: ~2.5× the cost.)
+Every record is a 4-tuple of ints appended to a list with one ``list.append``, which is atomic under the GIL, so the
+sender thread can swap the buffer at any moment without tearing a record; the sender packs the records into the
+wire's int64 array (``swap_buffer``). Why a list of tuples, not an ``array('q')`` grown by ``frombytes(pack(...))``:
+in a real training step the hooks run cold, between the model's calls, and what they cost is mostly the code and
+memory they touch. ``list.append`` and a small tuple are what the interpreter does all the time; ``struct.pack`` and
+``array.frombytes`` (a realloc every other record of an array started afresh each tick) are not. On a DataLoader
+loop with a small model the hooks cost 5.0 µs a step the array's way and 1.9 µs this way (2-core VM; 0.93 and
+0.43 µs on a loop with no model); the sender pays about 0.1 µs a record to pack them, off the training thread.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
+from itertools import starmap
 from typing import Any
 
 from trainmon.protocol import K_CKPT, K_MARK, K_OPT, K_PHASE, K_STEP
 
 _pc = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: shared with the monitor's time.monotonic()
-_buf = array("q")
-_rec = struct.Struct("4q").pack  # native order and size, as array("q") holds them
+_buf: list[tuple[int, int, int, int]] = []
+_one = struct.Struct("4q").pack  # native order and size, as array("q") holds them
 _ident = threading.get_ident
 # The thread that trains (steps the optimizer): the main thread until the agent sees another one step
 # (agent/_outside.py). A DataLoader iterated by any other thread feeds a prefetcher, not the loop.
@@ -29,20 +35,43 @@ def on_training_thread() -> bool:
     return _ident() == _train[0]
 
 
-def swap_buffer() -> array[int]:
-    """Hand the filled buffer to the sender and start a fresh one."""
+def take_buffer() -> list[tuple[int, int, int, int]]:
+    """Hand the filled buffer to the sender and start a fresh one (a thread that loaded the old one may still append
+    its record to it: the sender waits a moment before it packs them)."""
     global _buf
-    full, _buf = _buf, array("q")
+    full, _buf = _buf, []
     return full
+
+
+def swap_buffer() -> array[int]:
+    """``take_buffer``'s records as flat int64s (tag, t0, t1, value)."""
+    return flat(take_buffer())
+
+
+def flat(records: list[tuple[int, int, int, int]]) -> array[int]:
+    """Records as one flat ``array('q')``, packed 1024 at a time (each chunk one C call: the sender gives the lock up
+    between chunks); a chunk holding a record that is not four int64s is packed record by record, that one left out."""
+    out = array("q")
+    for i in range(0, len(records), 1024):
+        chunk = records[i : i + 1024]
+        try:
+            out.frombytes(b"".join(starmap(_one, chunk)))
+        except (struct.error, TypeError, ValueError):
+            for record in chunk:
+                try:
+                    out.frombytes(_one(*record))
+                except (struct.error, TypeError, ValueError):
+                    pass
+    return out
 
 
 def reset_buffer() -> None:
     global _buf
-    _buf = array("q")
+    _buf = []
 
 
 def pending_records() -> int:
-    return len(_buf) // 4
+    return len(_buf)
 
 
 def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -54,9 +83,9 @@ def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
             batch = orig(self)
         except StopIteration:
             # _trainmon_tag is K_WAIT | loader_id << 8; K_ITER_END == K_WAIT + 1.
-            _buf.frombytes(_rec(self._trainmon_tag + 1, t0, _pc(), 0))
+            _buf.append((self._trainmon_tag + 1, t0, _pc(), 0))
             raise
-        _buf.frombytes(_rec(self._trainmon_tag, t0, _pc(), 0))
+        _buf.append((self._trainmon_tag, t0, _pc(), 0))
         return batch
 
     # Attributes on a function object: mypy does not model them, hence attr-defined.
@@ -77,7 +106,7 @@ def wrap_next_cuda(orig: Callable[[Any], Any], probe: Any) -> Callable[[Any], An
         try:
             batch = orig(self)
         except StopIteration:
-            _buf.frombytes(_rec(self._trainmon_tag + 1, t0, _pc(), 0))
+            _buf.append((self._trainmon_tag + 1, t0, _pc(), 0))
             if pair is not None:
                 drop(pair)
             raise
@@ -87,7 +116,7 @@ def wrap_next_cuda(orig: Callable[[Any], Any], probe: Any) -> Callable[[Any], An
             raise
         t1 = _pc()
         tag = self._trainmon_tag
-        _buf.frombytes(_rec(tag, t0, t1, 0))
+        _buf.append((tag, t0, t1, 0))
         if pair is not None:
             end(pair, tag, t0, t1)
         return batch
@@ -102,13 +131,13 @@ def optimizer_step_code(self: Any) -> None:
     which reads ``self`` from its frame, as it can from this one) after every optimizer step, before the post-hooks:
     the step's record at the price of a method call, not of a post-hook's call through ``chain``."""
     t = _pc()
-    _buf.frombytes(_rec(K_OPT, t, t, 0))
+    _buf.append((K_OPT, t, t, 0))
 
 
 def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     """The step's record where torch's step wrapper does not call ``_optimizer_step_code`` (see opt_record_via)."""
     t = _pc()
-    _buf.frombytes(_rec(K_OPT, t, t, 0))
+    _buf.append((K_OPT, t, t, 0))
 
 
 # How the optimizer step's record is made: "step_code" (optimizer_step_code) or "post_hook" (_torch_hooks.py decides)
@@ -117,16 +146,16 @@ opt_record_via = ["step_code"]
 
 def step() -> None:
     t = _pc()
-    _buf.frombytes(_rec(K_STEP, t, t, 0))
+    _buf.append((K_STEP, t, t, 0))
 
 
 def mark(name_id: int) -> None:
     t = _pc()
-    _buf.frombytes(_rec(K_MARK | name_id << 8, t, t, 0))
+    _buf.append((K_MARK | name_id << 8, t, t, 0))
 
 
 def span(kind: int, ident: int, t0: int, t1: int, value: int = 0) -> None:
-    _buf.frombytes(_rec(kind | ident << 8, t0, t1, value))
+    _buf.append((kind | ident << 8, t0, t1, value))
 
 
 def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -137,7 +166,7 @@ def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return orig(*args, **kwargs)
         finally:
-            _buf.frombytes(_rec(K_CKPT, t0, _pc(), 0))
+            _buf.append((K_CKPT, t0, _pc(), 0))
 
     # Attributes on a function object: mypy does not model them, hence attr-defined.
     save.__trainmon_original__ = orig  # type: ignore[attr-defined]
@@ -162,4 +191,4 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         if self._ident >= 0:
-            _buf.frombytes(_rec(K_PHASE | self._ident << 8, self._t0, _pc(), 0))
+            _buf.append((K_PHASE | self._ident << 8, self._t0, _pc(), 0))

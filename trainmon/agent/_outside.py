@@ -236,15 +236,15 @@ def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
             st[2] += _pc() - st[1]
 
 
-def find_targets(torch: Any) -> tuple[list[Any], list[Any]]:
+def find_targets(torch: Any, everywhere: bool = True) -> tuple[list[Any], list[Any]]:
     """(root modules to time, optimizers). A root is a module no other module found holds (a DDP or compiled wrapper,
     not what it wraps); those holding an optimizer's parameters come first, then other roots with parameters (a
     teacher, a frozen encoder: model compute too). Looked for first in what the training thread's frames reach (a few
     hundred objects: a loop's locals, its script's globals, a trainer's attributes), and only where that finds no
     module holding an optimizer's parameters in the collector's objects (hundreds of thousands once torch is imported:
-    a tenth of a second or more, holding the interpreter's lock)."""
+    a tenth of a second or more, holding the interpreter's lock); not there unless ``everywhere``."""
     module_t, optimizer_t = torch.nn.Module, torch.optim.Optimizer
-    for search in (_reachable, _collected):
+    for search in (_reachable, _collected) if everywhere else (_reachable,):
         modules, optimizers = search(module_t, optimizer_t)
         roots = _roots(modules, optimizers, whole=search is _reachable)
         if roots:
@@ -326,13 +326,14 @@ def _subclasses(cls: type) -> set[type]:
 
 def _roots(modules: list[Any], optimizers: list[Any], whole: bool = False) -> list[Any]:
     """The roots among ``modules`` (held by none of the others, however deep), those holding an optimizer's parameters
-    first; none where no root holds any, or (``whole``) where they do not hold all of them: what a frame reached may
-    be a block of the model whose forward the thread is in, not the model."""
+    first; none where no root holds any, or (``whole``) where the roots hold some of an optimizer's parameters but
+    not all: what a frame reached may be a block of the model whose forward the thread is in, not the model."""
     if not optimizers or not modules:
         return []
     held = {id(sub) for m in modules for sub in m.modules() if sub is not m}
-    trained = {id(p) for opt in optimizers for group in opt.param_groups for p in group.get("params", ())}
-    uncovered = set(trained)
+    per_optimizer = [{id(p) for group in opt.param_groups for p in group.get("params", ())} for opt in optimizers]
+    trained = set().union(*per_optimizer)
+    owned: set[int] = set()
     owners: list[Any] = []
     others: list[Any] = []
     for m in modules:
@@ -341,8 +342,8 @@ def _roots(modules: list[Any], optimizers: list[Any], whole: bool = False) -> li
         params = {id(p) for p in m.parameters()}
         if params:
             (owners if trained.intersection(params) else others).append(m)
-            uncovered -= params
-    if whole and uncovered:
+            owned |= params
+    if whole and any(ids & owned and ids - owned for ids in per_optimizer):
         return []
     return (owners + others)[:MAX_ROOTS] if owners else []
 
@@ -542,7 +543,7 @@ class OutsideProbe:
                 return True
             self.tries += 1
             t0 = time.monotonic()
-            roots, optimizers = find_targets(torch)
+            roots, optimizers = find_targets(torch, everywhere=self.tries == 1)  # the collector's objects once
             self.scan_s = time.monotonic() - t0
             if not roots:
                 self.retry_at = time.monotonic() + RETRY_S
@@ -657,12 +658,11 @@ def _thread_cpu_ns(native_id: int) -> int | None:
 def _price() -> tuple[float, float]:
     """A measured step's wrappers timed on their own (the floor of its price): (the optimizer's step and zero_grad, a
     forward and its backward), in ns, as _cost.py times the other hooks."""
-    from array import array
 
     from trainmon.agent._cost import _paired
 
     hot_globals = dict(vars(_hot))
-    hot_globals["_buf"] = array("q")  # the copies write here: nothing reaches the monitor
+    hot_globals["_buf"] = []  # the copies write here: nothing reaches the monitor
     prices = [max(0.0, _paired(*_loops(kind, hot_globals))) for kind in ("step", "forward")]
     return prices[0], prices[1]
 

@@ -204,8 +204,10 @@ class Sender:
     def _collect(self) -> None:
         if not _hot.pending_records():
             return
-        records = _hot.swap_buffer()
+        taken = _hot.take_buffer()
         time.sleep(SWAP_GRACE_S)
+        records = _hot.flat(taken)
+        del taken
         usable = len(records) - len(records) % P.RECORD_FIELDS
         for start in range(0, usable, _RECORDS_PER_FRAME * P.RECORD_FIELDS):
             chunk = records[start : min(usable, start + _RECORDS_PER_FRAME * P.RECORD_FIELDS)]
