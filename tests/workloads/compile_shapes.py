@@ -8,6 +8,7 @@ results, the same with the agent attached or not."""
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -37,6 +38,8 @@ def main() -> None:
         total += float(compiled(x)) + float(broken(torch.ones(4)))
         trainmon.agent.step()  # one call of each: a step of this "training"
     records = torch._dynamo.utils.get_compilation_metrics()
+    if ATTACHED:
+        time.sleep(0.3)  # three sender ticks: the agent has read torch's records of the last compilations too
     print(
         json.dumps(
             {

@@ -44,8 +44,12 @@ def take_buffer() -> list[tuple[int, int, int, int]]:
 
 
 def swap_buffer() -> array[int]:
-    """``take_buffer``'s records as flat int64s (tag, t0, t1, value)."""
-    return flat(take_buffer())
+    """Every record held (``take_packed``'s, then ``take_buffer``'s) as flat int64s (tag, t0, t1, value)."""
+    out = array("q")
+    for packed in take_packed():
+        out.extend(packed)
+    out.extend(flat(take_buffer()))
+    return out
 
 
 def flat(records: list[tuple[int, int, int, int]]) -> array[int]:
@@ -66,12 +70,13 @@ def flat(records: list[tuple[int, int, int, int]]) -> array[int]:
 
 
 def reset_buffer() -> None:
-    global _buf
+    global _buf, _packed
     _buf = []
+    _packed = []
 
 
 def pending_records() -> int:
-    return len(_buf)
+    return len(_buf) + sum(len(a) for a in _packed) // 4
 
 
 def wrap_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -147,15 +152,45 @@ opt_record_via = ["step_code"]
 def step() -> None:
     t = _pc()
     _buf.append((K_STEP, t, t, 0))
+    if len(_buf) > CAP_RECORDS:
+        shed()
 
 
 def mark(name_id: int) -> None:
     t = _pc()
     _buf.append((K_MARK | name_id << 8, t, t, 0))
+    if len(_buf) > CAP_RECORDS:
+        shed()
 
 
 def span(kind: int, ident: int, t0: int, t1: int, value: int = 0) -> None:
     _buf.append((kind | ident << 8, t0, t1, value))
+    if len(_buf) > CAP_RECORDS:
+        shed()
+
+
+# The records a buffer holds between two sender ticks at most. A DataLoader's waits and the optimizer's steps come
+# far slower than the sender packs them; explicit ``step()``, ``mark()`` and spans in a tight loop can come faster
+# (millions a second), and then the calling thread packs the older half itself and hands it over packed (the sender
+# queues it, and drops the oldest it holds beyond MAX_PENDING_BYTES, counted), so memory stays bounded.
+CAP_RECORDS = 1 << 17
+_packed: list[array[int]] = []
+
+
+def shed() -> None:
+    """The buffer outgrew CAP_RECORDS: its older half packed for the sender, in order, ahead of what follows."""
+    global _buf
+    full = _buf
+    half = len(full) // 2
+    _buf = full[half:]
+    _packed.append(flat(full[:half]))
+
+
+def take_packed() -> list[array[int]]:
+    """What ``shed`` packed since the sender last looked, oldest first."""
+    global _packed
+    out, _packed = _packed, []
+    return out
 
 
 def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:

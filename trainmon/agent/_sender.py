@@ -204,10 +204,20 @@ class Sender:
     def _collect(self) -> None:
         if not _hot.pending_records():
             return
+        for packed in _hot.take_packed():  # what a flood had the training thread pack: older than the buffer
+            self._enqueue(packed)
         taken = _hot.take_buffer()
         time.sleep(SWAP_GRACE_S)
         records = _hot.flat(taken)
         del taken
+        self._enqueue(records)
+        while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
+            data, n, counts = self._pending.popleft()
+            self._pending_bytes -= len(data)
+            self._hand_off(n, counts, sent=False)
+
+    def _enqueue(self, records: Any) -> None:
+        """Records (flat int64s) framed and queued for the socket, their step marks counted."""
         usable = len(records) - len(records) % P.RECORD_FIELDS
         for start in range(0, usable, _RECORDS_PER_FRAME * P.RECORD_FIELDS):
             chunk = records[start : min(usable, start + _RECORDS_PER_FRAME * P.RECORD_FIELDS)]
@@ -222,10 +232,10 @@ class Sender:
                     debug(f"batch hook failed: {exc!r}")
             self._pending.append((data, len(chunk) // P.RECORD_FIELDS, counts))
             self._pending_bytes += len(data)
-        while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
-            data, n, counts = self._pending.popleft()
-            self._pending_bytes -= len(data)
-            self._hand_off(n, counts, sent=False)
+            while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
+                old, n, dropped = self._pending.popleft()
+                self._pending_bytes -= len(old)
+                self._hand_off(n, dropped, sent=False)
 
     def _hand_off(self, n: int, counts: Counts, sent: bool) -> None:
         if sent:

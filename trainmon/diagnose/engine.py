@@ -75,7 +75,7 @@ def evaluate(
                 findings.append(ended)
                 judged += 1
                 continue
-            key = _unchanged_key(run, t0, th) if since is None and window_memo is not None else None
+            key = _unchanged_key(run, t0, t, th) if since is None and window_memo is not None else None
             cached = window_memo.judged.get(run, key) if key is not None and window_memo is not None else None
             if cached is None:
                 cached = _judge(store, run, t, t0, since, th, ctx, window_memo)
@@ -149,7 +149,7 @@ def _judge(
     return RunJudgement(w, change, [advice.fit_to_window(f, w) for f in own], True)  # no advice for what it has
 
 
-def _unchanged_key(run: Any, t0: float, th: Thresholds) -> tuple[Any, ...]:
+def _unchanged_key(run: Any, t0: float, t: float, th: Thresholds) -> tuple[Any, ...]:
     """What a run's live judgement depends on besides the clock: everything the run sent (its revision, its step
     table), its connection, and whether it was last heard of inside the window. A run that sent nothing since the
     last tick keeps its judgement, and costs the tick its ending rules only (a hang is still found as time passes);
@@ -158,6 +158,7 @@ def _unchanged_key(run: Any, t0: float, th: Thresholds) -> tuple[Any, ...]:
     steps = run.steps
     return (
         run.revision,
+        steps.index_range(t0, t)[1],  # the steps that ended by t: a replay's cursor moving through a whole recording
         steps.total,
         len(steps),
         steps.edits,
