@@ -17,6 +17,7 @@ import collections
 import queue
 import random
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,12 +32,26 @@ class BackgroundGenerator(threading.Thread):
         self.queue: queue.Queue[Any] = queue.Queue(max_prefetch)
         self.generator = generator
         self.daemon = True
+        self.stopped = False
         self.start()
 
     def run(self) -> None:
         for item in self.generator:
             self.queue.put(item)
+            if self.stopped:
+                return
         self.queue.put(None)
+
+    def close(self) -> None:
+        """The training's end: the thread let go of its DataLoader iterator while the interpreter is alive (a daemon
+        thread left inside the iterator at exit can abort the process as the workers are torn down)."""
+        self.stopped = True
+        deadline = time.monotonic() + 10.0
+        while self.is_alive() and time.monotonic() < deadline:
+            try:
+                self.queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
 
     def next(self) -> Any:
         next_item = self.queue.get()

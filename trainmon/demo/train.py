@@ -29,7 +29,7 @@ from trainmon.demo.data import (
     spin,
     with_worker_setup,
 )
-from trainmon.demo.feeds import ThreadedLoader, dataloader_x
+from trainmon.demo.feeds import BackgroundGenerator, ThreadedLoader, dataloader_x
 from trainmon.demo.loop_work import StepMetrics, progress
 from trainmon.demo.options import parse
 from trainmon.demo.stalls import MetricsLog, TraceCache
@@ -233,6 +233,8 @@ class Loop:
                 self.waits.append(time.perf_counter() - t0)
                 self._train_step(x, y)
                 self.step_ends.append(time.perf_counter())
+            if isinstance(it, BackgroundGenerator):
+                it.close()
             del it
             if self.bar is not None:
                 self.bar.close()
