@@ -210,11 +210,7 @@ class Sender:
         time.sleep(SWAP_GRACE_S)
         records = _hot.flat(taken)
         del taken
-        self._enqueue(records)
-        while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
-            data, n, counts = self._pending.popleft()
-            self._pending_bytes -= len(data)
-            self._hand_off(n, counts, sent=False)
+        self._enqueue(records)  # it drops the oldest beyond MAX_PENDING_BYTES as it queues
 
     def _enqueue(self, records: Any) -> None:
         """Records (flat int64s) framed and queued for the socket, their step marks counted."""
