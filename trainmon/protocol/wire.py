@@ -122,6 +122,11 @@ def frame(kind: int, payload: bytes) -> bytes:
     return FRAME_HEADER.pack(kind, len(payload)) + payload
 
 
+def frame_header(kind: int, length: int) -> bytes:
+    """The header of a frame whose payload of ``length`` bytes is written after it as it is (no copy)."""
+    return FRAME_HEADER.pack(kind, length)
+
+
 def json_frame(kind: int, obj: dict[str, Any]) -> bytes:
     return frame(kind, json.dumps(obj, separators=(",", ":"), default=str).encode())
 
