@@ -6,7 +6,10 @@ Both runs watch the same real demo training (two DataLoader workers). ``trainmon
 session of the given size (a real terminal: Textual draws and diffs as it would for a user), then again with its
 output piped (the status-line mode: the same Monitor, sources and rules, no screen). CPU time is the trainmon
 process's utime + stime from /proc over the measured span, after a warm-up; the difference is what the screen
-itself costs. nvtop's published figure for comparison: about 5.7 % of one core (Syllo/nvtop#139).
+itself costs. The floor: a bare Textual app of the same size in the same tmux (benchmarks/_bare_textual.py: idle; a
+process table and two panes changing every second; the whole screen changing every second), with no trainmon code;
+the screen's cost is given as a ratio to the table floor. nvtop's published figure for comparison: about 5.7 % of
+one core (Syllo/nvtop#139).
 """
 
 from __future__ import annotations
@@ -92,6 +95,26 @@ def run_screen(seconds: float, cols: int, rows: int) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def tmux_pane_pid(session: str) -> int:
+    out = subprocess.run(
+        ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], check=True, capture_output=True, text=True
+    ).stdout
+    return int(out.split()[0])
+
+
+def run_bare(seconds: float, cols: int, rows: int, mode: str) -> float:
+    """The bare Textual app of ``mode`` in a tmux session of the same size: the framework's floor."""
+    session = f"trainmon-bench-bare-{os.getpid()}"
+    app = Path(__file__).with_name("_bare_textual.py")
+    inner = f"exec env LANG=C.UTF-8 TERM=xterm-256color {sys.executable} {app} --mode {mode}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), inner], check=True)
+    try:
+        time.sleep(1.0)
+        return measure(tmux_pane_pid(session), seconds)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, stderr=subprocess.DEVNULL)
+
+
 def run_status_lines(seconds: float) -> float:
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     addr = os.path.join(tmp, "m.sock")
@@ -127,9 +150,15 @@ def main() -> int:
     cols, rows = (int(x) for x in args.size.lower().split("x"))
     screen = run_screen(args.seconds, cols, rows)
     lines = run_status_lines(args.seconds)
+    floors = {mode: run_bare(args.seconds, cols, rows, mode) for mode in ("idle", "table", "full")}
+    own = screen - lines
     print(f"trainmon live screen {cols}x{rows}, 1 s refresh : {screen:6.1%} of one core")
     print(f"trainmon status lines (no screen)       : {lines:6.1%} of one core")
-    print(f"the screen's own share                  : {screen - lines:6.1%} of one core  (nvtop: ~5.7%)")
+    print(f"the screen's own share                  : {own:6.1%} of one core  (nvtop: ~5.7%)")
+    for mode, share in floors.items():
+        print(f"bare Textual app, {mode:5s}                 : {share:6.1%} of one core")
+    if floors["table"] > 0:
+        print(f"the screen's own share / the table floor : {own / floors['table']:6.2f}x")
     return 0
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import random
 import sys
@@ -159,7 +160,9 @@ def main() -> int:
         )
         if profile is not None:
             out = io.StringIO()
-            pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(profile, stream=out).sort_stats(os.environ.get("TM_PROFILE_SORT", "cumulative")).print_stats(
+                30
+            )
             print(f"== {scenario}: cProfile over {args.ticks} ticks (cumulative)")
             print(out.getvalue())
     emit_rows(rows, args.json)
