@@ -163,7 +163,7 @@ def main() -> int:
             pstats.Stats(profile, stream=out).sort_stats(os.environ.get("TM_PROFILE_SORT", "cumulative")).print_stats(
                 30
             )
-            print(f"== {scenario}: cProfile over {args.ticks} ticks (cumulative)")
+            print(f"== {scenario}: cProfile over {args.ticks} ticks ({order})")
             print(out.getvalue())
     emit_rows(rows, args.json)
     return 0
