@@ -160,9 +160,8 @@ def main() -> int:
         )
         if profile is not None:
             out = io.StringIO()
-            pstats.Stats(profile, stream=out).sort_stats(os.environ.get("TM_PROFILE_SORT", "cumulative")).print_stats(
-                30
-            )
+            order = os.environ.get("TM_PROFILE_SORT", "cumulative")  # or tottime: each function's own time
+            pstats.Stats(profile, stream=out).sort_stats(order).print_stats(30)
             print(f"== {scenario}: cProfile over {args.ticks} ticks ({order})")
             print(out.getvalue())
     emit_rows(rows, args.json)
