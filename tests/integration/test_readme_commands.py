@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent  # where the checkout's `trainmon` console scr
 
 SKIPPED = {
     "pip install trainmon": "installs from the package index: the suite runs the checkout that `make` installed",
-    "make demo": "CI runs it from a fresh clone beside `make test`; inside the suite it would run the suite's host twice",
+    "make demo": "checked from a fresh clone beside `make test` (it installs the demo extras and runs a minute)",
     "make test": "this suite is `make test`",
 }
 
