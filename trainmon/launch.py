@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 
 import trainmon
+from trainmon.protocol import TRAINMON_JOB
 
 _SITECUSTOMIZE = """\
 # Written by `trainmon run`: attach the trainmon agent, then run any sitecustomize this one shadows.
@@ -49,5 +50,5 @@ def agent_env(address: str, base: dict[str, str] | None = None) -> Iterator[dict
         paths = [site_dir, package_parent, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env["TRAINMON_ADDR"] = address
-        env.setdefault("TRAINMON_JOB", secrets.token_hex(6))
+        env.setdefault(TRAINMON_JOB, secrets.token_hex(6))
         yield env

@@ -39,6 +39,7 @@ def test_agent_and_protocol_use_only_the_standard_library(module):
         "trainmon.agent._torch_hooks",
         "trainmon.protocol",
         "trainmon.protocol.clean",
+        "trainmon.protocol.job",
         "trainmon.protocol.wire",
     }, ours
 

@@ -45,3 +45,28 @@ def test_ranks_that_sent_their_job_id_late_join_their_job():
     assert early.job_key != other.job_key
     early.apply_info({"dist": {"rank": 0, "world_size": 2, "job_id": "10.0.0.1:29500/2", "job": {}}})
     assert early.job_key == other.job_key and early.job_id == other.job_id
+
+
+def test_the_agent_discovery_and_the_store_derive_one_identity(monkeypatch):
+    """The same environment gives one job id whether the agent reports the rank, discovery samples it (its hello
+    made by trainmon/sources/unattached.py) or the store reads an old hello's environment: one function makes all
+    three (trainmon/protocol/job.py). A sampled training started by a launcher is a job of that launcher."""
+    from trainmon import agent
+    from trainmon.protocol import clean_hello, job_identity
+    from trainmon.sources.discover import Training
+    from trainmon.sources.unattached import _hello as sampled_hello
+
+    for env in ENVS:
+        for key in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "SLURM_JOB_ID", "TRAINMON_JOB"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        from_agent = agent._hello(None, "s")["job_id"]
+        training = Training(4242, "train.py", "main", ["python", "train.py"], dict(env), [], None, 5.0)
+        sampled = Run(1, clean_hello(sampled_hello(training, "h")), 0.0)
+        old = Run(2, {"pid": 7, "host": "h", "job": dict(env)}, 0.0)
+        assert from_agent == training.job_id == job_identity(env), env
+        assert sampled.job_id == old.job_id == (from_agent or ""), env
+    launched = Training(4243, "train.py", "rank", ["python", "train.py"], {}, [], 99, 5.0)
+    assert launched.job_id == "launcher-99"
+    assert Run(3, clean_hello(sampled_hello(launched, "h")), 0.0).job_id == "launcher-99"

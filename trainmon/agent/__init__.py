@@ -27,6 +27,7 @@ from trainmon.agent._frameworks import Frameworks
 from trainmon.agent._redact import redact_argv
 from trainmon.agent._sender import Sender, debug
 from trainmon.agent._torch_hooks import WORKER_ENV, Registry, TorchHooks
+from trainmon.protocol import job_identity
 
 if TYPE_CHECKING:
     from trainmon.agent._compile import CompileWatch
@@ -239,17 +240,8 @@ def _hello(name: str | None, session: str) -> dict[str, Any]:
 
 
 def _job_id() -> str | None:
-    """One id for every rank of a job, on every node: the elastic run id, else the rendezvous address and world
-    size, else the scheduler's job, else the ``trainmon run`` that launched it (None: a job of one process)."""
-    env = os.environ
-    run_id = env.get("TORCHELASTIC_RUN_ID")
-    if run_id and run_id != "none":  # torchrun's default --rdzv-id is "none": the same on unrelated jobs
-        return run_id[:200]
-    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}/{env.get('WORLD_SIZE', '?')}"[:200]
-    if env.get("SLURM_JOB_ID"):
-        return f"slurm-{env['SLURM_JOB_ID']}"[:200]
-    return env.get("TRAINMON_JOB", "")[:200] or None
+    """One id for every rank of a job, on every node (trainmon/protocol/job.py; None: a job of one process)."""
+    return job_identity(os.environ)
 
 
 def _identity() -> dict[str, Any] | None:

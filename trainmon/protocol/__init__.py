@@ -6,6 +6,7 @@ Every name is importable from here, as both sides do (``from trainmon import pro
   reader with its limits, and the sizes the agent keeps its HELLO to. Both sides.
 - `trainmon.protocol.clean`: what the monitor keeps of each JSON message it receives (or reads back from a
   recording): known fields, typed and bounded. Monitor side.
+- `trainmon.protocol.job`: the one identity of a job, from a rank's environment. Both sides.
 - this module: where the monitor listens, and how the agent finds it (the addresses below).
 
 See docs/protocol.md.
@@ -30,6 +31,7 @@ from trainmon.protocol.clean import (
     clean_info,
     clean_outside,
 )
+from trainmon.protocol.job import TRAINMON_JOB, job_identity
 from trainmon.protocol.wire import (
     COMM_OPS,
     COMPILE_TRIGGERS,
@@ -136,6 +138,7 @@ __all__ = [
     "PREAMBLE_SIZE",
     "RECORD_BYTES",
     "RECORD_FIELDS",
+    "TRAINMON_JOB",
     "VERSION",
     "FrameReader",
     "ProtocolError",
@@ -153,6 +156,7 @@ __all__ = [
     "events_payload",
     "frame",
     "frame_header",
+    "job_identity",
     "json_frame",
     "parse_tcp",
     "resolve_address",

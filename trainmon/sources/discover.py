@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from trainmon.protocol import script_name
+from trainmon.protocol import job_identity, script_name
 
 log = logging.getLogger("trainmon.discover")
 
@@ -82,17 +82,8 @@ class Training:
 
     @property
     def job_id(self) -> str | None:
-        env = self.env
-        run_id = env.get("TORCHELASTIC_RUN_ID")
-        if run_id and run_id != "none":
-            return run_id[:200]
-        if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-            return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}/{env.get('WORLD_SIZE', '?')}"[:200]
-        if env.get("SLURM_JOB_ID"):
-            return f"slurm-{env['SLURM_JOB_ID']}"[:200]
-        if self.launcher is not None:
-            return f"launcher-{self.launcher}"
-        return None
+        """The job's one identity (trainmon/protocol/job.py), its launcher's pid where nothing else names it."""
+        return job_identity(self.env, self.launcher)
 
 
 class Discovery:

@@ -181,8 +181,6 @@ def _hello(tr: Training, host: str) -> dict[str, Any]:
     env = tr.env
     rank = _int(env.get("RANK")) if "RANK" in env else _int(env.get("SLURM_PROCID"))
     job = {k: v for k, v in env.items() if not k.endswith("RANK") and k != "SLURM_PROCID" and k not in AGENT_ENV}
-    if tr.launcher is not None and not tr.job_id:
-        job["TRAINMON_JOB"] = f"launcher-{tr.launcher}"
     return {
         "pid": tr.pid,
         "host": host,

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from typing import Any
 
 from trainmon.labels import main_role, run_label
-from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, K_OPT, K_STEP, K_WAIT
+from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, K_OPT, K_STEP, K_WAIT, job_identity
 from trainmon.protocol.clean import clean_outside
 from trainmon.store import watched
 from trainmon.store.agent_cost import AgentCost
@@ -159,14 +159,7 @@ class Run:
         ident = self.hello.get("job_id")
         if isinstance(ident, str) and ident:
             return ident[:200]
-        env = self.hello.get("job") or {}
-        if env.get("TORCHELASTIC_RUN_ID") not in (None, "", "none"):
-            return str(env["TORCHELASTIC_RUN_ID"])[:200]
-        if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-            return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}/{env.get('WORLD_SIZE', '?')}"[:200]
-        if env.get("SLURM_JOB_ID"):
-            return f"slurm-{env['SLURM_JOB_ID']}"[:200]
-        return str(env.get("TRAINMON_JOB") or "")[:200]
+        return job_identity(self.hello.get("job") or {}) or ""
 
     @property
     def job_key(self) -> tuple[Any, ...]:
