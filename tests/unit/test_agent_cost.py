@@ -48,17 +48,17 @@ def test_the_meter_sends_the_hooks_at_their_price_and_the_sender_time(monkeypatc
 
 
 def test_a_loop_whose_model_the_agent_times_has_its_wrappers_priced_per_step(monkeypatch):
-    from trainmon.agent import _outside
+    from trainmon.agent import _model_wrappers
 
     monkeypatch.setattr(_cost, "calibrate", lambda kinds: dict.fromkeys(kinds, 100.0))
     monkeypatch.setattr(_cost, "REPORT_S", 0.0)
-    monkeypatch.setattr(_outside, "_wrapped", [7, 3])  # seen before the meter began: not its interval's
-    monkeypatch.setattr(_outside, "_price_per_step_ns", [20_000.0])  # as the probe measured it
+    monkeypatch.setattr(_model_wrappers, "_wrapped", [7, 3])  # seen before the meter began: not its interval's
+    monkeypatch.setattr(_model_wrappers, "_price_per_step_ns", [20_000.0])  # as the probe measured it
     _hot.reset_buffer()
     meter = _cost.CostMeter()
     meter.observe(SimpleNamespace(wait={}, opt=0, step=0, groups=0))
     meter.tick()
-    _outside._wrapped[:] = [7 + 4, 3 + 8]  # a burst: 4 steps measured (of the 10 made)
+    _model_wrappers._wrapped[:] = [7 + 4, 3 + 8]  # a burst: 4 steps measured (of the 10 made)
     meter.observe(SimpleNamespace(wait={}, opt=10, step=0, groups=10))
     meter.tick()
     records = _hot.swap_buffer()

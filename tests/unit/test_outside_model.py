@@ -18,7 +18,7 @@ import torch
 
 from testsupport.sampling import sample_both_sides
 from trainmon import protocol as P
-from trainmon.agent import _hot, _outside
+from trainmon.agent import _hot, _model_search, _outside
 from trainmon.agent._outside import OutsideProbe
 from trainmon.report.runs import run_summary
 from trainmon.store.store import Store
@@ -452,9 +452,9 @@ def test_the_model_is_found_from_the_training_threads_frames_and_else_among_all_
 
     trainer = Trainer()
     scanned: list[bool] = []
-    collected = _outside._collected
-    monkeypatch.setattr(_outside, "_collected", lambda *a: scanned.append(True) or collected(*a))
-    roots, optimizers = _outside.find_targets(torch)
+    collected = _model_search._collected
+    monkeypatch.setattr(_model_search, "_collected", lambda *a: scanned.append(True) or collected(*a))
+    roots, optimizers = _model_search.find_targets(torch)
     assert roots == [trainer.state.model] and optimizers == trainer.optimizers and not scanned
     del trainer, roots, optimizers
 
@@ -467,8 +467,8 @@ def test_the_model_is_found_from_the_training_threads_frames_and_else_among_all_
         return lambda: pair
 
     get = holder()
-    monkeypatch.setattr(_outside, "_reachable", lambda *a: ([], []))  # what other tests left may be reachable
-    roots, optimizers = _outside.find_targets(torch)
+    monkeypatch.setattr(_model_search, "_reachable", lambda *a: ([], []))  # what other tests left may be reachable
+    roots, optimizers = _model_search.find_targets(torch)
     assert scanned and get()[0] in roots and get()[1] in optimizers
 
 
@@ -476,8 +476,8 @@ def test_a_block_whose_forward_the_thread_is_in_is_not_taken_for_the_model():
     model = torch.nn.Sequential(_Net(), _Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     block = model[0]  # a frame inside the model: the block's forward, its `self`
-    assert _outside._roots([block], [opt], whole=True) == []  # it holds a part of what the optimizer trains
-    assert _outside._roots([block, model], [opt], whole=True) == [model]
-    assert _outside._roots([block], [opt]) == [block]  # among every object, the block is all there is
+    assert _model_search._roots([block], [opt], whole=True) == []  # it holds a part of what the optimizer trains
+    assert _model_search._roots([block, model], [opt], whole=True) == [model]
+    assert _model_search._roots([block], [opt]) == [block]  # among every object, the block is all there is
     other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)  # trains no module found: no veto
-    assert _outside._roots([model], [opt, other], whole=True) == [model]
+    assert _model_search._roots([model], [opt, other], whole=True) == [model]

@@ -385,9 +385,9 @@ def stats() -> dict[str, int]:
     s = agent.sender
     out = {"sent_records": s.sent_records, "dropped_records": s.dropped_records, "connections": s.connections}
     if agent._outside is not None and agent._outside.on:  # a loop no loader drives: the model timed
-        from trainmon.agent import _outside
+        from trainmon.agent import _model_wrappers
 
-        out.update(outside_model=1, outside_steps=_outside.measured())
+        out.update(outside_model=1, outside_steps=_model_wrappers.measured())
     probe = agent.hooks.probe
     if probe is not None:  # CUDA: exposed GPU idle pairs measured, skipped (pool exhausted, graph capture)
         out.update(probe.stats())

@@ -181,8 +181,8 @@ class CostMeter:
         self.last_ns_per_step: float | None = None  # the latest interval's figure, for trainmon.agent.stats()
         self.totals = {"hooks_ns": 0.0, "sender_ns": 0.0, "steps": 0}  # over every interval reported
         self._calls = {"wait": 0, "opt": 0, "step": 0}
-        self._outside_ns = 0.0  # the wrappers of a model timed in bursts (agent/_outside.py), at their price a step
-        outside = sys.modules.get("trainmon.agent._outside")  # its count lives on across detach() and attach()
+        self._outside_ns = 0.0  # the wrappers of a model timed in bursts (agent/_model_wrappers.py), priced per step
+        outside = sys.modules.get("trainmon.agent._model_wrappers")  # its count lives on across detach() and attach()
         self._wrapped0 = outside._wrapped[0] if outside is not None else 0  # the steps its wrappers saw so far
         self._steps = 0
         self._t0 = 0
@@ -195,7 +195,7 @@ class CostMeter:
         calls["wait"] += sum(counts.wait.values())
         calls["opt"] += counts.opt
         calls["step"] += counts.step
-        outside = sys.modules.get("trainmon.agent._outside")  # imported once a loop with no loader was met
+        outside = sys.modules.get("trainmon.agent._model_wrappers")  # imported once a loop with no loader was met
         if outside is not None:
             steps = outside._wrapped[0]
             self._outside_ns += max(0, steps - self._wrapped0) * outside._price_per_step_ns[0]
