@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from testsupport.fake_pynvml import GIB, FakeNvml
-from trainmon.sources.gpu import GpuSource
+from trainmon.sources.gpu.gpu_source import GpuSource
 
 
 def bench(src: GpuSource, ticks: int, before_tick=None) -> tuple[float, float]:

@@ -129,8 +129,8 @@ def process_cpu_s() -> float:
 
 
 def serve(address: str, expect: int, out: str, record: str | None) -> None:
+    from trainmon.ingest.agent_server import AgentServer
     from trainmon.monitor import Fanout
-    from trainmon.sources.agents import AgentServer
     from trainmon.store.store import Store
 
     store = Store()

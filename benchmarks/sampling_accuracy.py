@@ -1,4 +1,5 @@
-"""How right is the agentless data-wait estimate? py-spy sampling (trainmon.sources.pyspy.PySpySampler) against the
+"""How right is the agentless data-wait estimate? py-spy sampling
+(trainmon.sources.pyspy.py_spy.PySpySampler) against the
 training's own meters, on real CPU trainings written like pytorch/examples' imagenet/main.py.
 
 Each case of tests/workloads/examples_imagenet.py runs in its own process and prints its cumulative data_time and
@@ -44,8 +45,8 @@ from benchmarks._common import CLK_TCK, Row, add_json_arg, emit_rows
 from testsupport.paths import ROOT
 from testsupport.procs import PY, child_env
 from trainmon.metrics import PYSPY
-from trainmon.sources.pyspy import PySpySampler, dump
-from trainmon.sources.stacks import DATA_WAIT, classify
+from trainmon.sources.pyspy.py_spy import PySpySampler, dump
+from trainmon.sources.pyspy.py_stacks import DATA_WAIT, classify
 
 WORKLOAD = ROOT / "tests" / "workloads" / "examples_imagenet.py"
 CASES = ("main-process", "one-worker", "saturated", "healthy")

@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import spawn_sleepers
-from trainmon.sources.disk import DiskSource
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.disk import DiskSource
+from trainmon.sources.host.procs import ProcSource
 
 
 def per_tick(fn: Callable[[float], dict], ticks: int, pause: float) -> tuple[list[float], list[float], int]:

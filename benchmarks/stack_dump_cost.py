@@ -1,4 +1,4 @@
-"""What an automatic stack dump costs (trainmon/sources/autodump.py), and what the agent's GC hook costs.
+"""What an automatic stack dump costs (trainmon/autodump.py), and what the agent's GC hook costs.
 
 Stack dumps: a target process with torch imported and two DataLoader workers (fork) runs a loop that only reads the
 clock and notes the longest gap between two reads. py-spy dumps its main process and a worker ``--dumps`` times
@@ -31,7 +31,7 @@ from benchmarks._common import Row, add_json_arg, emit_rows, median, quantile
 from benchmarks.agent_overhead import paired
 from testsupport.procs import PY, child_env
 from trainmon.agent import _gc, _hot
-from trainmon.sources.pyspy import find_pyspy
+from trainmon.sources.pyspy.py_spy import find_pyspy
 
 TARGET = """
 import os, sys, threading, time

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from trainmon.monitor import Monitor
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.procs import ProcSource
 
 # Monitors started by the tests (in-process and in subprocesses) do not look for other trainings on the host: a
 # test is about the processes it starts, whatever else this machine runs. The discovery tests turn it back on.

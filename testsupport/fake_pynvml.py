@@ -1,7 +1,8 @@
 """A fake `pynvml` (nvidia-ml-py) for tests and benchmarks on machines without a GPU: the one boundary faked.
 
-`FakeNvml()` is a module-like object: the subset of the binding that trainmon.sources.nvml calls (for the GPU
-source, trainmon.sources.gpu), under the real names, with the real return types (ctypes structures, plain ints
+`FakeNvml()` is a module-like object: the subset of the binding that trainmon.sources.gpu.nvml calls (for the GPU
+source,
+trainmon.sources.gpu.gpu_source), under the real names, with the real return types (ctypes structures, plain ints
 and strs, lists of samples) and the real error hierarchy (NVMLError(code) instantiates the NVMLError_<Name>
 subclass). Tests configure it through `devices`, `add_device`, `remove_device`, `enable_mig`, `fail`, `hide`,
 `push_util_samples`, `push_process_samples`, `set_power`, `reset_energy` and read `calls` to see what was asked.

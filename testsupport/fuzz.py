@@ -11,8 +11,8 @@ from array import array
 from hypothesis import strategies as st
 
 from trainmon import protocol as P
+from trainmon.ingest.agent_server import AgentServer, _Conn
 from trainmon.record import format as R
-from trainmon.sources.agents import AgentServer, _Conn
 from trainmon.store.run import MAX_LOADERS
 from trainmon.store.store import Store
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainmon import protocol as P
-from trainmon.sources import pyspy
+from trainmon.sources.pyspy import py_spy as pyspy
 
 Row = tuple[str, str, str]
 OK, WARN, FAIL = "ok", "warn", "fail"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmon.autodump import AutoDumper
 from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.evidence import run_gpus
@@ -24,19 +25,18 @@ from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.step_parts import window_parts
 from trainmon.diagnose.verdicts import verdict as verdict_of
 from trainmon.diagnose.window import WindowMemo, run_window
+from trainmon.ingest.agent_server import AgentServer
 from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask
 from trainmon.numbers import is_nan
-from trainmon.sources.agents import AgentServer
-from trainmon.sources.autodump import AutoDumper
 from trainmon.sources.base import Source
-from trainmon.sources.disk import DiskSource
-from trainmon.sources.gpu import GpuSource
-from trainmon.sources.host import HostSource
-from trainmon.sources.procs import ProcSource
-from trainmon.sources.self_cost import SelfCostSource
-from trainmon.sources.timed_stacks import TimedAttribution
-from trainmon.sources.unattached import UnattachedRuns
+from trainmon.sources.discovery.unattached import UnattachedRuns
+from trainmon.sources.gpu.gpu_source import GpuSource
+from trainmon.sources.host.disk import DiskSource
+from trainmon.sources.host.host_source import HostSource
+from trainmon.sources.host.procs import ProcSource
+from trainmon.sources.host.self_cost import SelfCostSource
+from trainmon.sources.pyspy.timed_stacks import TimedAttribution
 from trainmon.store.agent_cost import live_per_step, per_step_text
 from trainmon.store.store import Ingest, Store
 
@@ -129,7 +129,8 @@ class Monitor:
         self.extra_pids: dict[int, str] = {}
         self.gpu: GpuSource | None = None
         self.procs: ProcSource | None = None
-        # Trainings running without an agent: found on the host, sampled, judged (trainmon.sources.unattached).
+        # Trainings running without an agent: found on the host, sampled, judged
+        # (trainmon.sources.discovery.unattached).
         self.unattached: UnattachedRuns | None = None
         if sources is None:
             self.gpu = GpuSource(nvml_module)
@@ -150,7 +151,7 @@ class Monitor:
             else None
         )
         # py-spy samples of an attached run's training thread where its steps spend time outside the model or in its
-        # own code: the functions named by time, not by the GIL (sources/timed_stacks.py). Only with the host's
+        # own code: the functions named by time, not by the GIL (sources/pyspy/timed_stacks.py). Only with the host's
         # own sources: a monitor fed by given sources (tests, replays) samples nothing it was not given.
         self.timed_stacks = TimedAttribution(self.ingest.info) if self.procs is not None and timed_stacks else None
         self.findings: list[Finding] = []
@@ -201,7 +202,7 @@ class Monitor:
 
     def watch_pid(self, pid: int) -> str | None:
         """Agentless: follow ``pid`` by py-spy sampling. Returns why not, or None."""
-        from trainmon.sources.pyspy import PySpySampler, dump, process_gone
+        from trainmon.sources.pyspy.py_spy import PySpySampler, dump, process_gone
 
         if process_gone(pid):
             return f"no such process: {pid}"
@@ -233,7 +234,7 @@ class Monitor:
     @staticmethod
     def dump_stacks(pid: int) -> list[str]:
         """Readable Python stacks of every thread of ``pid``, by py-spy without pausing it (or why not)."""
-        from trainmon.sources.pyspy import dump
+        from trainmon.sources.pyspy.py_spy import dump
 
         return dump(pid).summary(max_frames=30)
 

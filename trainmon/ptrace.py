@@ -1,5 +1,6 @@
 """ptrace permissions: Yama's scope and CAP_SYS_PTRACE, read from /proc, and the one fix text trainmon gives for
-them. Standard library only: py-spy's stack dumps (``sources/pyspy.py``) and the injector (``trainmon.attach``), which
+them. Standard library only: py-spy's stack dumps
+(``sources/pyspy/py_spy.py``) and the injector (``trainmon.attach``), which
 both need ptrace, tell a refusal the same way."""
 
 from __future__ import annotations

@@ -637,7 +637,7 @@ def test_ptrace_denied(addr: str) -> None:
 
 def test_ptrace_fix_is_the_one_py_spy_shows() -> None:
     from trainmon.attach.ptrace import PTRACE_FIX
-    from trainmon.sources import pyspy
+    from trainmon.sources.pyspy import py_spy as pyspy
 
     assert PTRACE_FIX == pyspy.PTRACE_FIX
 

@@ -135,9 +135,9 @@ def test_a_stopped_process_is_a_hang_and_is_dumped_without_resuming_it(watched, 
 
 
 def test_critical_findings_are_dumped_once_per_run_and_code_within_the_cooldown():
+    from trainmon.autodump import AutoDumper
     from trainmon.diagnose.findings import Finding
     from trainmon.diagnose.verdicts import verdict
-    from trainmon.sources.autodump import AutoDumper
     from trainmon.store.store import Store
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])

@@ -15,7 +15,7 @@ import pytest
 
 from testsupport import other_user
 from trainmon.monitor import Monitor
-from trainmon.sources.discover import Discovery
+from trainmon.sources.discovery.discover import Discovery
 from trainmon.view import extract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +198,7 @@ def test_another_users_trainings_are_not_read():
     proc = start_training("healthy", seconds=60)
     try:
         code = (
-            "import json; from trainmon.sources.discover import Discovery; "
+            "import json; from trainmon.sources.discovery.discover import Discovery; "
             "print(json.dumps(sorted(Discovery().scan())))"
         )
         out = subprocess.run(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from testsupport.files import write_random_file
-from trainmon.sources.disk import DiskSource
+from trainmon.sources.host.disk import DiskSource
 
 
 def disk_of(path: Path) -> str | None:

@@ -17,7 +17,7 @@ import pytest
 
 from trainmon import doctor
 from trainmon import protocol as P
-from trainmon.sources import pyspy
+from trainmon.sources.pyspy import py_spy as pyspy
 
 
 def _rows_by_check(rows: list[tuple[str, str, str]]) -> dict[str, tuple[str, str]]:

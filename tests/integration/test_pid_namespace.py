@@ -13,8 +13,8 @@ import time
 import pytest
 
 from testsupport.procs import PY, child_env, report_json, start_recorder, stop, wait_for
+from trainmon.ingest import pidns
 from trainmon.record import load_recording
-from trainmon.sources import pidns
 
 
 def _unshare_refusal() -> str | None:

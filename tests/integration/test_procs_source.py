@@ -20,7 +20,7 @@ import pytest
 
 from testsupport.files import write_random_file
 from testsupport.paths import ROOT
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.procs import ProcSource
 
 HAS_SCHEDSTAT = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat")
 
@@ -274,7 +274,7 @@ def _python_for_nobody() -> str | None:
     for exe in (sys.executable, "/usr/bin/python3"):
         try:
             probe = subprocess.run(
-                [exe, "-c", "import trainmon.sources.procs"],
+                [exe, "-c", "import trainmon.sources.host.procs"],
                 user=65534,
                 group=65534,
                 extra_groups=[],
@@ -297,7 +297,7 @@ def test_permission_denied_as_unprivileged_user_watching_root_process(children) 
     pid = children.start(SLEEP, asleep=True).pid
     code = f"""
         import json, time
-        from trainmon.sources.procs import ProcSource
+        from trainmon.sources.host.procs import ProcSource
         src = ProcSource(lambda: {{{pid}: 'rank'}})
         src.sample(0)
         time.sleep(0.3)
@@ -378,7 +378,7 @@ def test_no_sampler_thread_when_hz_is_zero(children) -> None:
 def test_a_tick_between_passes_of_a_budgeted_sampler_repeats_its_look(children, monkeypatch) -> None:
     """A big tree stretches the sampler's passes beyond a tick (its read budget): the ticks in between show its
     latest look instead of reading every thread again themselves."""
-    import trainmon.sources.procs as procs
+    import trainmon.sources.host.procs as procs
 
     pid = children.start(SLEEP, asleep=True).pid
     monkeypatch.setattr(procs, "THREAD_READS_PER_S", 0.5)  # one thread: a pass every 2 s

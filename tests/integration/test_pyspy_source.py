@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources import pyspy, stacks
-from trainmon.sources.pyspy import PySpySampler
+from trainmon.sources.pyspy import py_spy as pyspy
+from trainmon.sources.pyspy import py_stacks as stacks
+from trainmon.sources.pyspy.py_spy import PySpySampler
 
 READY_TIMEOUT_S = 60.0  # importing torch on a loaded CI machine can take a while
 

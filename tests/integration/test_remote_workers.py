@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.procs import ProcSource
 
 LATENCY_S = 0.02
 PAYLOAD = b"x" * 65536

@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 
 from benchmarks.sampling_accuracy import CASES, TOLERANCE, Training, sample_span
-from trainmon.sources import pyspy
+from trainmon.sources.pyspy import py_spy as pyspy
 
 SPAN_S = 12.0
 WARMUP_S = 2.0  # past the first steps (worker start, allocator warm-up)

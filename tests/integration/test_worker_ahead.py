@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.procs import ProcSource
 
 LOOP = """
     import sys, time, torch

@@ -22,9 +22,9 @@ from testsupport.paths import ROOT, TINY
 from testsupport.procs import PY, child_env, start_python, start_recorder, stop, wait_for
 from trainmon import protocol as P
 from trainmon.agent._redact import MASK, redact_argv
+from trainmon.ingest import agent_server as agents_mod
+from trainmon.ingest.agent_server import AddressError, AgentServer
 from trainmon.record.format import FILE_HEADER, iter_chunks
-from trainmon.sources import agents as agents_mod
-from trainmon.sources.agents import AddressError, AgentServer
 from trainmon.store.store import Store
 
 NOBODY = 65534

@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from testsupport.stores import T0, timeline_store
 from testsupport.tui import aio, fake_monitor, make_app, settle, text, until
-from trainmon.sources.pyspy import PTRACE_FIX
+from trainmon.sources.pyspy.py_spy import PTRACE_FIX
 from trainmon.tui import Job
 from trainmon.tui.screens import EvidenceScreen, HelpScreen, StackScreen
 from trainmon.tui.widgets import ChartPane, ProcTable, TimeAxis

@@ -9,7 +9,7 @@ import pty
 from testsupport.stores import replay_at_end, timeline_store
 from testsupport.tui import COLOR, aio, make_app, settle, text, until
 from trainmon.monitor import Monitor
-from trainmon.sources.host import HostSource
+from trainmon.sources.host.host_source import HostSource
 from trainmon.tui import FrameReady, TrainmonApp
 from trainmon.tui.charts import EIGHTHS
 from trainmon.tui.collector import FrameThread

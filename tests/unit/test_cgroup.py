@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources.cgroup import CpuBudget, parse_cpu_list, read_limit, read_usage_s
+from trainmon.sources.host.cgroup import CpuBudget, parse_cpu_list, read_limit, read_usage_s
 
 V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
 V1_MOUNTS = (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources.cgroup import CpuBudget, read_limit
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.cgroup import CpuBudget, read_limit
+from trainmon.sources.host.procs import ProcSource
 
 CPUS = sorted(os.sched_getaffinity(0))
 SLEEPER = "import sys, time; print('ready', flush=True); time.sleep(60)"

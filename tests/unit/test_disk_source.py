@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources.disk import DiskSource
+from trainmon.sources.host.disk import DiskSource
 
 FIELDS = (
     "rd_ios",

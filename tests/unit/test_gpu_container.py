@@ -18,8 +18,8 @@ from testsupport.stores import replay_at_end
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.metrics import GPU, NVML_PROC, PROC, mask_indices
 from trainmon.monitor import Monitor
-from trainmon.sources.gpu import GpuSource
-from trainmon.sources.gpu_devices import nvml_pid_namespace, proc_exists
+from trainmon.sources.gpu.devices import nvml_pid_namespace, proc_exists
+from trainmon.sources.gpu.gpu_source import GpuSource
 from trainmon.tui.widgets import proc_cells
 from trainmon.view import Layout, build_frame
 

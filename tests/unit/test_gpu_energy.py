@@ -11,8 +11,8 @@ import pytest
 
 from testsupport import fake_pynvml as fk
 from testsupport.fake_pynvml import FakeNvml
-from trainmon.sources.gpu import GpuSource
-from trainmon.sources.gpu_energy import MAX_PLAUSIBLE_W, EnergyMeter
+from trainmon.sources.gpu.energy import MAX_PLAUSIBLE_W, EnergyMeter
+from trainmon.sources.gpu.gpu_source import GpuSource
 
 
 class Clock:

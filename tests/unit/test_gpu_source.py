@@ -15,7 +15,7 @@ import pytest
 from testsupport import fake_pynvml as fk
 from testsupport.fake_pynvml import GIB, FakeNvml
 from trainmon.metrics import GPM_METRIC_IDS, GPU_NVML_FIELDS
-from trainmon.sources.gpu import GpuSource
+from trainmon.sources.gpu.gpu_source import GpuSource
 
 
 def here(pid: int) -> bool:

@@ -58,12 +58,12 @@ VIEW_MODULES = sorted(
 @pytest.mark.parametrize(
     "module",
     [
-        "trainmon.sources.agents",
-        "trainmon.sources.host",
-        "trainmon.sources.gpu",
-        "trainmon.sources.disk",
-        "trainmon.sources.procs",
-        "trainmon.sources.pyspy",
+        "trainmon.ingest.agent_server",
+        "trainmon.sources.host.host_source",
+        "trainmon.sources.gpu.gpu_source",
+        "trainmon.sources.host.disk",
+        "trainmon.sources.host.procs",
+        "trainmon.sources.pyspy.py_spy",
         "trainmon.doctor",
         "trainmon.launch",
         "trainmon.store",

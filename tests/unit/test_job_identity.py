@@ -49,12 +49,12 @@ def test_ranks_that_sent_their_job_id_late_join_their_job():
 
 def test_the_agent_discovery_and_the_store_derive_one_identity(monkeypatch):
     """The same environment gives one job id whether the agent reports the rank, discovery samples it (its hello
-    made by trainmon/sources/unattached.py) or the store reads an old hello's environment: one function makes all
-    three (trainmon/protocol/job.py). A sampled training started by a launcher is a job of that launcher."""
+    made by trainmon/sources/discovery/unattached.py) or the store reads an old hello's environment: one function makes
+    all three (trainmon/protocol/job.py). A sampled training started by a launcher is a job of that launcher."""
     from trainmon import agent
     from trainmon.protocol import clean_hello, job_identity
-    from trainmon.sources.discover import Training
-    from trainmon.sources.unattached import _hello as sampled_hello
+    from trainmon.sources.discovery.discover import Training
+    from trainmon.sources.discovery.unattached import _hello as sampled_hello
 
     for env in ENVS:
         for key in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "SLURM_JOB_ID", "TRAINMON_JOB"):

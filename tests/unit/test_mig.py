@@ -20,8 +20,8 @@ from trainmon.diagnose.evidence import gather, run_gpus
 from trainmon.metrics import GPU, PROC, mask_indices
 from trainmon.monitor import Monitor
 from trainmon.report import build_report
-from trainmon.sources.gpu import GpuSource
-from trainmon.sources.gpu_open import LOST_PROBE_INTERVAL_S
+from trainmon.sources.gpu.device_list import LOST_PROBE_INTERVAL_S
+from trainmon.sources.gpu.gpu_source import GpuSource
 from trainmon.tui import panes
 from trainmon.tui.lines import Geometry
 from trainmon.tui.theme import Glyphs

@@ -12,9 +12,9 @@ import pytest
 
 from testsupport.procs import wait_for
 from trainmon import protocol as P
+from trainmon.ingest import pidns
+from trainmon.ingest.agent_server import AgentServer
 from trainmon.monitor import Monitor
-from trainmon.sources import pidns
-from trainmon.sources.agents import AgentServer
 from trainmon.store.store import Store
 from trainmon.view.extract import proc_rows
 from trainmon.view.frames import NS_NOTE

@@ -9,8 +9,8 @@ import sys
 import time
 
 from trainmon.metrics import PROC
-from trainmon.sources.procfs import HeldFiles as _Held
-from trainmon.sources.procs import ProcSource
+from trainmon.sources.host.procfs import HeldFiles as _Held
+from trainmon.sources.host.procs import ProcSource
 
 # A child that spins on one thread (its CPU figures move) and, once told on stdin, starts a new thread and lets a
 # second one exit: as many threads as before, not the same ones.

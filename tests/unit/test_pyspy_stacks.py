@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from trainmon.sources import pyspy, stacks
-from trainmon.sources.stacks import CHECKPOINT, COMPUTE, DATA_WAIT, Frame, ThreadStack
+from trainmon.sources.pyspy import py_spy as pyspy
+from trainmon.sources.pyspy import py_stacks as stacks
+from trainmon.sources.pyspy.py_stacks import CHECKPOINT, COMPUTE, DATA_WAIT, Frame, ThreadStack
 
 # ---------------------------------------------------------------- ptrace
 

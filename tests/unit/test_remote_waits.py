@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.sources.sockets import NET, OTHER, QUEUE, UNKNOWN, NetWaits
+from trainmon.sources.host.sockets import NET, OTHER, QUEUE, UNKNOWN, NetWaits
 
 PID = 300
 UNIX_INODE, TCP_INODE, NETLINK_INODE = 5001, 5002, 5003

@@ -1,11 +1,11 @@
-"""The monitor's py-spy attribution of a training thread's time outside the model (sources/timed_stacks.py)."""
+"""The monitor's py-spy attribution of a training thread's time outside the model (sources/pyspy/timed_stacks.py)."""
 
 from __future__ import annotations
 
 from trainmon.protocol.clean import clean_info
-from trainmon.sources.pyspy_run import Recording
-from trainmon.sources.stacks import parse_collapsed
-from trainmon.sources.timed_stacks import Attribution, TimedAttribution, wanted
+from trainmon.sources.pyspy.py_stacks import parse_collapsed
+from trainmon.sources.pyspy.spy_process import Recording
+from trainmon.sources.pyspy.timed_stacks import Attribution, TimedAttribution, wanted
 from trainmon.store import Store
 
 TORCH = "/venv/lib/python3.11/site-packages/torch"

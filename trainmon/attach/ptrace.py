@@ -1,6 +1,7 @@
 """ptrace permissions in words: the facts (Yama, CAP_SYS_PTRACE, owner) and the fix, the way py-spy's are told.
 
-The facts and the fix text are ``trainmon.ptrace``'s, which py-spy's messages (``trainmon.sources.pyspy``) use too.
+The facts and the fix text are ``trainmon.ptrace``'s, which py-spy's messages
+(``trainmon.sources.pyspy.py_spy``) use too.
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ def start_monitor(
     pids: Iterable[int] = (),
 ) -> Monitor:
     """A started Monitor on ``address``, watching ``pids``, with the Prometheus exporter when one is asked for."""
+    from trainmon.ingest.agent_server import AddressError
     from trainmon.monitor import Monitor
-    from trainmon.sources.agents import AddressError
 
     monitor = Monitor(
         address,

@@ -127,7 +127,7 @@ def clean_hello(hello: dict[str, Any], *, monitor: bool = False) -> dict[str, An
     live_wall = isinstance(attach_wall, (int, float)) and not isinstance(attach_wall, bool)
     clean["attach_wall"] = float(attach_wall) if live_wall and 0 < float(attach_wall) < math.inf else None  # type: ignore[arg-type]
     if monitor:
-        # A training the monitor found and samples without an agent (trainmon.sources.discover).
+        # A training the monitor found and samples without an agent (trainmon.sources.discovery.discover).
         clean["measured_by"] = "sampling" if hello.get("measured_by") == "sampling" else "agent"
         peer_pid = hello.get("peer_pid")
         clean["peer_pid"] = peer_pid if _is_int(peer_pid) and 0 < peer_pid < 1 << 31 else None
@@ -202,7 +202,7 @@ def clean_info(info: dict[str, Any], *, monitor: bool = False) -> dict[str, Any]
     if (outside := clean_outside(info.get("outside"))) is not None:
         clean["outside"] = outside
     if monitor and (timed := clean_outside(info.get("outside_timed"))) is not None:
-        clean["outside_timed"] = timed  # the monitor's py-spy samples (sources/timed_stacks.py), never the wire's
+        clean["outside_timed"] = timed  # the monitor's py-spy samples (sources/pyspy/timed_stacks.py), never the wire's
     if (compiled := clean_compile(info.get("compile"))) is not None:
         clean["compile"] = compiled
     if (breaks := clean_graph_breaks(info.get("graph_breaks"))) is not None:

@@ -71,8 +71,8 @@ class Run:
         # A loop no loader drives: where its time outside the model goes, from the agent's stack samples
         # (INFO "outside", see protocol.clean_outside): {"samples", "model_samples", "hot": [...]}.
         self.outside: dict[str, Any] | None = None
-        # The same, from the monitor's py-spy samples of the training thread (sources/timed_stacks.py): weighted by
-        # time, not by the interpreter lock (INFO "outside_timed", with "source": "py-spy").
+        # The same, from the monitor's py-spy samples of the training thread (sources/pyspy/timed_stacks.py):
+        # weighted by time, not by the interpreter lock (INFO "outside_timed", with "source": "py-spy").
         self.outside_timed: dict[str, Any] | None = None
         # The iterator whose __next__ hands the loop batches another thread made (INFO "handover"), where one does.
         self.handover_iterator: str | None = None

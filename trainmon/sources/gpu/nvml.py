@@ -4,7 +4,7 @@ Nothing here knows what a GPU metric means. `NvmlBinding.call` runs the NVML fun
 entry point first, older ones when the driver lacks it) for a call site (a device), and turns every failure into a
 reason recorded for the series that call feeds. Failures that will not go away are remembered on the call site so
 the call is not made again; a GPU that fell off the bus raises `DeviceLost`. The GPU model on top lives in
-`trainmon.sources.gpu`.
+`trainmon.sources.gpu.gpu_source`.
 """
 
 from __future__ import annotations

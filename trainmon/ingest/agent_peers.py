@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from trainmon.sources import pidns
+from trainmon.ingest import pidns
 
 log = logging.getLogger("trainmon.agents")
 

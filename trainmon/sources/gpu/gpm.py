@@ -3,8 +3,9 @@ as a pair each tick into its GPM series, and freed.
 
 GPM metrics are rates between two samples, so each GPU keeps two buffers used alternately (``gpu_devices.Gpm``);
 the first value comes one tick after the first sample. MIG devices read none of their own: their GPU's figures
-cover them. `trainmon.sources.gpu` calls `GpmReader.read` from each device's reading; opening and freeing come
-with the device list (`trainmon.sources.gpu_open`).
+cover them.
+`trainmon.sources.gpu.gpu_source` calls `GpmReader.read` from each device's reading; opening and freeing come
+with the device list (`trainmon.sources.gpu.device_list`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 from trainmon.metrics import GPM_METRIC_IDS
 from trainmon.numbers import NAN, is_nan
 from trainmon.sources.base import Source
-from trainmon.sources.gpu_devices import Device, Gpm
-from trainmon.sources.nvml import FAIL, DeviceLost, NvmlBinding, gpm_reason
+from trainmon.sources.gpu.devices import Device, Gpm
+from trainmon.sources.gpu.nvml import FAIL, DeviceLost, NvmlBinding, gpm_reason
 
 # NVML says the two GPM samples must be some time apart; DCGM keeps them >= its update interval.
 GPM_MIN_INTERVAL_S = 0.1

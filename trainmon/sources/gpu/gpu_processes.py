@@ -2,7 +2,7 @@
 merged per pid, and whose pid namespace NVML's pids are in.
 
 A GPU in MIG mode lists nothing itself: each of its MIG devices lists its own processes. The merging and the
-namespace test are pure (`trainmon.sources.gpu_devices`); this module makes the NVML calls and keeps the verdict.
+namespace test are pure (`trainmon.sources.gpu.devices`); this module makes the NVML calls and keeps the verdict.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 from trainmon.metrics import MIB
 from trainmon.numbers import NAN
 from trainmon.sources.base import Source
-from trainmon.sources.gpu_devices import Device, merge_processes, nvml_pid_namespace
-from trainmon.sources.gpu_open import DeviceList
-from trainmon.sources.nvml import FAIL, DeviceLost, NvmlBinding, newer_samples
+from trainmon.sources.gpu.device_list import DeviceList
+from trainmon.sources.gpu.devices import Device, merge_processes, nvml_pid_namespace
+from trainmon.sources.gpu.nvml import FAIL, DeviceLost, NvmlBinding, newer_samples
 
 log = logging.getLogger("trainmon.gpu")
 

@@ -2,7 +2,7 @@
 
 `AgentServer` binds the listen address (a Unix socket in a private directory, or TCP), accepts, reads frames in
 one selector thread and hands what they say to its `Ingest` sink. Who a peer is (its uid, its pid in the monitor's
-pid namespace, the run's namespace) is ``trainmon.sources.agent_peers``; reading /proc for it, ``pidns``.
+pid namespace, the run's namespace) is ``trainmon.ingest.agent_peers``; reading /proc for it, ``pidns``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainmon import protocol as P
-from trainmon.sources.agent_peers import PeerPids, check_peer
+from trainmon.ingest.agent_peers import PeerPids, check_peer
 from trainmon.store.store import Ingest
 
 log = logging.getLogger("trainmon.agents")

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from trainmon.sources.stacks import ThreadStack
+from trainmon.sources.pyspy.py_stacks import ThreadStack
 
 # --idle: a main thread blocked in the DataLoader's queue.get is idle, and record drops idle threads without it.
 # --threads: names each stack's thread, so the main thread's samples can be told from the others'.

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from trainmon.sources.pyspy import find_pyspy, ptrace_status
-from trainmon.sources.pyspy import record as pyspy_record
-from trainmon.sources.pyspy_run import Recording
-from trainmon.sources.stacks import Frame, ThreadStack
+from trainmon.sources.pyspy.py_spy import find_pyspy, ptrace_status
+from trainmon.sources.pyspy.py_spy import record as pyspy_record
+from trainmon.sources.pyspy.py_stacks import Frame, ThreadStack
+from trainmon.sources.pyspy.spy_process import Recording
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 

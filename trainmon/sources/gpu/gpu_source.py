@@ -6,10 +6,10 @@ GPU the whole source is unavailable, `error` says why in one line, and `sample()
 
 This module is the source the Monitor sees: each tick it reads every device's series, and it answers for
 processes, devices and visibility, all under one lock. The device list (GPUs and their MIG devices, opened, lost
-and opened again) is `trainmon.sources.gpu_open`; GPM sample pairs `trainmon.sources.gpm`; process lists
-`trainmon.sources.gpu_procs`; the device records, process merging, CUDA_VISIBLE_DEVICES parsing and whose pids
-NVML gives `trainmon.sources.gpu_devices`; the binding, its return codes and how failures become n/a reasons
-`trainmon.sources.nvml`; the series names `trainmon.metrics`.
+and opened again) is `trainmon.sources.gpu.device_list`; GPM sample pairs `trainmon.sources.gpu.gpm`; process lists
+`trainmon.sources.gpu.gpu_processes`; the device records, process merging, CUDA_VISIBLE_DEVICES parsing and whose pids
+NVML gives `trainmon.sources.gpu.devices`; the binding, its return codes and how failures become n/a reasons
+`trainmon.sources.gpu.nvml`; the series names `trainmon.metrics`.
 
 Units: memory in MiB (as nvidia-smi prints it), PCIe in MiB/s, power in W, clocks in MHz, percentages 0-100.
 """
@@ -25,12 +25,12 @@ from typing import Any
 from trainmon.metrics import MIB, NVML_PROC, gpu_mask
 from trainmon.numbers import NAN, is_nan
 from trainmon.sources.base import Source
-from trainmon.sources.gpm import GpmReader
-from trainmon.sources.gpu_devices import Device, parse_visible, proc_exists
-from trainmon.sources.gpu_energy import EnergyMeter, counter_value
-from trainmon.sources.gpu_open import DeviceList
-from trainmon.sources.gpu_procs import ProcessLister
-from trainmon.sources.nvml import FAIL, FUNCTIONS, DeviceLost, NvmlBinding, error_text, newer_samples, value_field
+from trainmon.sources.gpu.device_list import DeviceList
+from trainmon.sources.gpu.devices import Device, parse_visible, proc_exists
+from trainmon.sources.gpu.energy import EnergyMeter, counter_value
+from trainmon.sources.gpu.gpm import GpmReader
+from trainmon.sources.gpu.gpu_processes import ProcessLister
+from trainmon.sources.gpu.nvml import FAIL, FUNCTIONS, DeviceLost, NvmlBinding, error_text, newer_samples, value_field
 
 log = logging.getLogger("trainmon.gpu")
 
@@ -221,7 +221,7 @@ class GpuSource(Source):
         return meter
 
     def _read_energy(self, d: Device, now: float, out: dict[str, float]) -> None:
-        """The energy since the previous sample (`trainmon.sources.gpu_energy`): NVML's counter where the GPU has
+        """The energy since the previous sample (`trainmon.sources.gpu.energy`): NVML's counter where the GPU has
         one (asked no more once it says Not Supported), else the power just read, integrated."""
         k = d.keys
         raw = self._call(d, "energy", (), d.handle)

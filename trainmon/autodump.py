@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from trainmon.sources.pyspy import dump as pyspy_dump
-from trainmon.sources.stacks import StackDump
+from trainmon.sources.pyspy.py_spy import dump as pyspy_dump
+from trainmon.sources.pyspy.py_stacks import StackDump
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 

@@ -2,7 +2,7 @@
 
 Thread states are point-in-time, so a background thread looks at every ``/proc/<pid>/task/*/stat`` several times
 per tick (``hz`` times a second, within a budget of thread reads per second) and counts what it saw; the tick
-takes the counts (`ThreadStates.take`) and `trainmon.sources.procs` turns them into shares. For DataLoader workers
+takes the counts (`ThreadStates.take`) and `trainmon.sources.host.procs` turns them into shares. For DataLoader workers
 the same looks also tell whether a worker that is not running waits on the network (a socket, a network
 filesystem: see ``sockets.py``). While no verdict reads the states the sampler parks, and each tick looks once.
 """
@@ -14,8 +14,8 @@ import threading
 import time
 
 from trainmon.sources.base import LogOnce
-from trainmon.sources.procfs import HeldFiles, thread_state
-from trainmon.sources.sockets import NET, QUEUE, UNKNOWN, NetWaits
+from trainmon.sources.host.procfs import HeldFiles, thread_state
+from trainmon.sources.host.sockets import NET, QUEUE, UNKNOWN, NetWaits
 
 THREAD_READS_PER_S = 200  # the sampler's budget: 10 Hz for up to 20 threads, 1 Hz for 200, slower beyond
 

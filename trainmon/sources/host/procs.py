@@ -1,9 +1,9 @@
 """The training process tree (mains, DataLoader workers, ranks) as series: CPU, memory, I/O, thread states,
 run-queue wait, network waits.
 
-`ProcSource` composes the parts: the /proc reads (`trainmon.sources.procfs`: kept descriptors, fields by name),
-the thread-state sampler (`trainmon.sources.thread_states`), the network-wait classification
-(`trainmon.sources.sockets`) and the usable cores of the mains (`trainmon.sources.cgroup`); here they become
+`ProcSource` composes the parts: the /proc reads (`trainmon.sources.host.procfs`: kept descriptors, fields by name),
+the thread-state sampler (`trainmon.sources.host.thread_states`), the network-wait classification
+(`trainmon.sources.host.sockets`) and the usable cores of the mains (`trainmon.sources.host.cgroup`); here they become
 per-second rates and shares. Only the pids handed over by `tracked()` are ever read. Never raises.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 
 from trainmon.metrics import PROC
 from trainmon.sources.base import Source
-from trainmon.sources.cgroup import CpuBudget
-from trainmon.sources.procfs import CLK_TCK, Gone, HeldFiles, ProcFiles, Reading, held_limit
-from trainmon.sources.sockets import NetWaits
-from trainmon.sources.thread_states import (
+from trainmon.sources.host.cgroup import CpuBudget
+from trainmon.sources.host.procfs import CLK_TCK, Gone, HeldFiles, ProcFiles, Reading, held_limit
+from trainmon.sources.host.sockets import NetWaits
+from trainmon.sources.host.thread_states import (
     DISK,
     LOOKS,
     MAIN,

@@ -33,8 +33,8 @@ from trainmon.metrics import PYSPY
 from trainmon.ptrace import PTRACE_FIX, has_cap_sys_ptrace, read_ptrace_scope
 from trainmon.ptrace import facts as ptrace_facts
 from trainmon.ptrace import refusal as ptrace_refusal
-from trainmon.sources.pyspy_run import RECORD_FLAGS, SAMPLES_LINE, Recording, read_text, wait_rusage
-from trainmon.sources.stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_collapsed, parse_dump
+from trainmon.sources.pyspy.py_stacks import CHECKPOINT, DATA_WAIT, StackDump, classify, parse_collapsed, parse_dump
+from trainmon.sources.pyspy.spy_process import RECORD_FLAGS, SAMPLES_LINE, Recording, read_text, wait_rusage
 
 log = logging.getLogger("trainmon.pyspy")
 

@@ -11,7 +11,7 @@ import psutil
 
 from trainmon.metrics import CPU_CORE
 from trainmon.sources.base import Source
-from trainmon.sources.cgroup import CpuBudget
+from trainmon.sources.host.cgroup import CpuBudget
 
 log = logging.getLogger("trainmon.host")
 

@@ -2,7 +2,8 @@
 a device lost when NVML says it fell off the bus, and opened again every few seconds.
 
 The list holds the GPUs (id = NVML index) first, then their MIG devices numbered on from the GPU count (see
-`trainmon.sources.gpu_devices`). Handles are looked up once here and cached; `trainmon.sources.gpu` reads through
+`trainmon.sources.gpu.devices`). Handles are looked up once here and cached;
+`trainmon.sources.gpu.gpu_source` reads through
 them each tick and hands a `DeviceLost` back to `DeviceList.lose`.
 """
 
@@ -13,9 +14,9 @@ from typing import Any
 
 from trainmon.metrics import GPU, MIB
 from trainmon.sources.base import Source
-from trainmon.sources.gpm import GpmReader
-from trainmon.sources.gpu_devices import Device, Mig
-from trainmon.sources.nvml import FAIL, DeviceLost, NvmlBinding, as_str
+from trainmon.sources.gpu.devices import Device, Mig
+from trainmon.sources.gpu.gpm import GpmReader
+from trainmon.sources.gpu.nvml import FAIL, DeviceLost, NvmlBinding, as_str
 
 log = logging.getLogger("trainmon.gpu")
 

@@ -3,7 +3,7 @@
 `HeldFiles` keeps the files of the tracked pids open and re-reads each with one pread; `ProcFiles.read` turns a
 pid's ``stat``, ``io`` and per-thread ``schedstat`` into one `Reading` (what is n/a says why in its ``na``); `Stat`
 names the fields of a stat line that the process table uses. Standard library only. What the readings mean per
-second is `trainmon.sources.procs`; the thread-state looks are `trainmon.sources.thread_states`.
+second is `trainmon.sources.host.procs`; the thread-state looks are `trainmon.sources.host.thread_states`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Trainings the monitor found without an agent become runs measured by sampling.
 
-Each discovered training (``trainmon.sources.discover``) that no agent reports is given a run of its own, told to
+Each discovered training (``trainmon.sources.discovery.discover``) that no agent
+reports is given a run of its own, told to
 the Ingest as an agent would tell it: a hello (``measured_by: "sampling"``), its DataLoader workers as one loader,
 and a ``closed`` when it exits or an agent takes over (``trainmon attach``, or a late ``attach()``). Its main
 thread is sampled by py-spy (``pyspy.<pid>.*`` series), which the diagnosis reads as the run's data-wait share.
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from trainmon.protocol import script_name
 from trainmon.sources.base import Source
-from trainmon.sources.discover import AGENT_ENV, Discovery, Training, read_cmdline
+from trainmon.sources.discovery.discover import AGENT_ENV, Discovery, Training, read_cmdline
 
 log = logging.getLogger("trainmon.unattached")
 
@@ -54,7 +55,7 @@ class _Sampled:
 
 
 def _default_sampler(pid: int) -> Sampler:
-    from trainmon.sources.pyspy import PySpySampler
+    from trainmon.sources.pyspy.py_spy import PySpySampler
 
     return PySpySampler(pid)
 
