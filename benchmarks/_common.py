@@ -108,7 +108,7 @@ def median(xs: Iterable[float]) -> float:
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile (q in [0, 1]); the rules interpolate instead (trainmon.diagnose.window.quantile)."""
+    """Nearest-rank quantile (q in [0, 1]); the rules interpolate instead (trainmon.diagnose.live.window.quantile)."""
     if not xs:
         return float("nan")
     s = sorted(xs)

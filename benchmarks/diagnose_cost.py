@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import Row, add_json_arg, emit_rows, median, quantile
 from trainmon import protocol as P
-from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import evaluate
+from trainmon.diagnose.live.change import Change
+from trainmon.diagnose.live.window import WindowMemo
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import WindowMemo
 from trainmon.store.store import Store
 
 NS = 1_000_000_000

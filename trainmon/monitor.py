@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmon.autodump import AutoDumper
-from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.live.change import Change
+from trainmon.diagnose.live.window import WindowMemo, run_window
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.step_parts import window_parts
 from trainmon.diagnose.verdicts import verdict as verdict_of
-from trainmon.diagnose.window import WindowMemo, run_window
 from trainmon.ingest.agent_server import AgentServer
 from trainmon.labels import run_label, status_run_part, status_sampled_part, status_text
 from trainmon.metrics import GPU, PROC, gpu_mask

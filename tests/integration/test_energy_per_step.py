@@ -20,7 +20,7 @@ import time
 from testsupport.fake_pynvml import GIB, FakeNvml
 from testsupport.paths import STEADY
 from testsupport.procs import start_python, wait_for
-from trainmon.diagnose.energy import COUNTER
+from trainmon.analyses.energy_per_step import COUNTER
 from trainmon.export.prometheus import MonitorCollector
 from trainmon.metrics import GPU
 from trainmon.monitor import Monitor

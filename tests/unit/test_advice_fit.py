@@ -18,7 +18,7 @@ from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
 from trainmon.diagnose.advice import fit_to_loader, fit_to_window
 from trainmon.diagnose.findings import HIGHER, LOWER, AdviceItem, Finding
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.live.window import run_window
 from trainmon.report import build_report
 from trainmon.store.store import Store
 

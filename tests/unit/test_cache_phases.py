@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from testsupport.phase_stores import T0, Noise, Regime, feed, phased_store
 from trainmon.diagnose import Thresholds, VerdictTracker, evaluate
-from trainmon.diagnose.change import Change
+from trainmon.diagnose.live.change import Change
 from trainmon.monitor import Monitor
 from trainmon.report import build_report
 

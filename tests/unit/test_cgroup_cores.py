@@ -7,7 +7,7 @@ import pytest
 
 from testsupport.stores import uniform_store, worker_figs
 from trainmon.diagnose import evaluate
-from trainmon.diagnose.host_window import host_window
+from trainmon.diagnose.live.host_window import host_window
 
 POD = {"cpu_usable": 4.0, "cpu_affinity": 64.0, "cpu_quota_v2": 4.0, "cpu_usable_busy": 50.0, "cpu_budget_id": 7.0}
 

@@ -8,8 +8,8 @@ from array import array
 
 from testsupport.stores import MS, uniform_store
 from trainmon import protocol as P
+from trainmon.analyses.time_budget import time_budget
 from trainmon.diagnose import Thresholds, evaluate
-from trainmon.diagnose.budget import time_budget
 from trainmon.store.compiles import guard_of
 
 REASON = "0/{a}: tensor 'input_ids' size mismatch at index 1. expected {e}, actual {n}"

@@ -11,8 +11,8 @@ import pytest
 from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.spans import Coverage, idle_spans
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.live.spans import Coverage, idle_spans
+from trainmon.diagnose.live.window import run_window
 from trainmon.store.store import Store
 
 NS = 1_000_000_000

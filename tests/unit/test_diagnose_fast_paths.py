@@ -17,14 +17,14 @@ from fractions import Fraction
 
 import pytest
 
-from trainmon.diagnose import change
-from trainmon.diagnose.change import _Blocks
-from trainmon.diagnose.long_scan import long_candidates
-from trainmon.diagnose.rows import MAX_DETAIL
+from trainmon.diagnose.live import change
+from trainmon.diagnose.live.change import _Blocks
+from trainmon.diagnose.live.long_scan import long_candidates
+from trainmon.diagnose.live.rows import MAX_DETAIL
+from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.rules.dist import transfer_share
 from trainmon.diagnose.stats import quantile
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import run_window
 from trainmon.store.run import Run
 from trainmon.store.steps import Steps, _exact_parts
 

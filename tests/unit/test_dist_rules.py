@@ -9,7 +9,7 @@ from array import array
 
 from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.live.window import run_window
 from trainmon.report.runs import run_summary
 from trainmon.store.store import Store
 

@@ -19,8 +19,8 @@ from testsupport.procs import PY, child_env, report_json, start_recorder, stop
 from trainmon import protocol as P
 from trainmon.agent import _cuda, _hot
 from trainmon.agent._torch_hooks import Registry, TorchHooks
+from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.rules.common import base_evidence
-from trainmon.diagnose.window import run_window
 from trainmon.report.runs import run_summary
 from trainmon.store.run import Run
 

@@ -7,8 +7,8 @@ import pytest
 
 from testsupport.phase_stores import T0, Noise, Regime, feed, phased_store
 from trainmon.diagnose import Finding, Thresholds, VerdictTracker, evaluate
-from trainmon.diagnose.change import Change, latest_change, live_window
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.live.change import Change, latest_change, live_window
+from trainmon.diagnose.live.window import run_window
 from trainmon.monitor import Monitor
 
 NOISY = Noise(jitter=0.5, long_every=0.05, figures=10.0)

@@ -11,7 +11,7 @@ from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.window import run_window
+from trainmon.diagnose.live.window import run_window
 from trainmon.store.store import Store
 
 NS = 1_000_000_000

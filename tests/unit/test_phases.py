@@ -7,8 +7,8 @@ import pytest
 
 from testsupport.phase_stores import Noise, Regime, phased_store
 from testsupport.stores import T0, timeline_store
+from trainmon.analyses.phases import bin_width, features, segment, steady_span
 from trainmon.diagnose import Finding, Thresholds
-from trainmon.diagnose.phases import bin_width, features, segment, steady_span
 from trainmon.report import build_report
 from trainmon.report.verdict import Phase, headline_phase, held_seconds
 from trainmon.store.store import Store

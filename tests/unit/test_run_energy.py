@@ -1,4 +1,4 @@
-"""Joules per step, per sample and per token of each run on its own GPUs (trainmon.diagnose.energy), and where
+"""Joules per step, per sample and per token of each run on its own GPUs (trainmon.analyses.energy_per_step), and where
 they are shown: the report (runs[].energy, the line under the runs table), the GPU pane, Prometheus.
 
 Stores are built through the monitor's Ingest calls: steps as an agent sends them, GPU energy series as the GPU
@@ -17,7 +17,7 @@ import pytest
 
 from testsupport.energy_stores import BATCH, STEP_S, energy_store
 from testsupport.stores import replay_at_end
-from trainmon.diagnose.energy import COUNTER, MIXED, POWER, Curve, live_energy, steady_energy
+from trainmon.analyses.energy_per_step import COUNTER, MIXED, POWER, Curve, live_energy, steady_energy
 from trainmon.export.prometheus import MonitorCollector
 from trainmon.metrics import GPU
 from trainmon.monitor import RunStatus, Snapshot

@@ -1,4 +1,4 @@
-"""The time budget (trainmon.diagnose.budget) on constructed runs: every second of a run's wall time in exactly one
+"""The time budget (trainmon.analyses.time_budget) on constructed runs: every second of a run's wall time in exactly one
 part, spans laid in precedence order, steady steps split into their measured parts, long steps by cause, and a
 freeze inside one step kept as frozen time, in the report's findings, timeline and budget."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from testsupport.freeze import freeze_store
 from testsupport.stores import uniform_store
-from trainmon.diagnose.budget import PARTS, paint, time_budget
+from trainmon.analyses.time_budget import PARTS, paint, time_budget
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.report import build_report
 from trainmon.store.store import Store

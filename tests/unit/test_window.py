@@ -6,9 +6,9 @@ import math
 from array import array
 
 from trainmon import protocol as P
-from trainmon.diagnose.rows import MAX_DETAIL
+from trainmon.diagnose.live.rows import MAX_DETAIL
+from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.stats import quantile
-from trainmon.diagnose.window import run_window
 from trainmon.store.run import Run
 
 US = 1000

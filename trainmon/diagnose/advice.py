@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainmon.diagnose.findings import HIGHER, AdviceItem, Finding
-from trainmon.diagnose.window import RunWindow
+from trainmon.diagnose.live.window import RunWindow
 
 LOADER_KNOBS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 # A DataLoader setting named on its own (not already prefixed, not an attribute, not part of a longer name).

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmon.diagnose import advice, rules
-from trainmon.diagnose.change import Change, live_window
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, headline, ranked
-from trainmon.diagnose.host_window import host_window
+from trainmon.diagnose.live.change import Change, live_window
+from trainmon.diagnose.live.host_window import host_window
+from trainmon.diagnose.live.spans import idle_spans
+from trainmon.diagnose.live.window import RunWindow, WindowMemo, busiest_loader, run_window, window_key
 from trainmon.diagnose.rules import Rule, RuleContext
-from trainmon.diagnose.spans import idle_spans
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow, WindowMemo, busiest_loader, run_window, window_key
 from trainmon.numbers import is_nan
 from trainmon.store.store import Store
 
@@ -44,7 +44,7 @@ def evaluate(
     """All findings that hold at time ``t``, best-ranked first (pure: reads the store only).
 
     Live (``since`` None): each run's window is its last ``window_s``, or the steps since a change inside it
-    (``trainmon.diagnose.change``), whose Change is appended to ``changes``. With ``since``: the steps and
+    (``trainmon.diagnose.live.change``), whose Change is appended to ``changes``. With ``since``: the steps and
     samples of [since, t] exactly, the steps of the loader that fed most of them (a report's phase).
     ``window_memo``: the caller's memo of each run's live window (``window.WindowMemo``), for a caller that asks
     every tick."""

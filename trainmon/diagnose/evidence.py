@@ -8,7 +8,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trainmon.diagnose.spans import Coverage, weighted_mean
+from trainmon.diagnose.live.spans import Coverage, weighted_mean
 from trainmon.diagnose.stats import mean
 from trainmon.metrics import DISK, GPU, LIMITING_THROTTLE, PROC, SW_POWER_CAP, mask_indices
 from trainmon.numbers import is_nan, known
@@ -101,7 +101,7 @@ class Evidence:
 
 def proc_evidence(store: Store, pid: int, t0: float, t1: float, holes: Coverage | None = None) -> ProcEvidence:
     """The process's figures over [t0, t1]; with ``holes``, each sample weighed by the share of its interval
-    outside them (see ``trainmon.diagnose.spans``), so the time the loop was elsewhere does not count."""
+    outside them (see ``trainmon.diagnose.live.spans``), so the time the loop was elsewhere does not count."""
 
     # The process's series are sampled at the same instants: their weights are worked out once per span of times.
     memo: dict[tuple[int, int, float, float, float], list[float]] = {}
@@ -252,7 +252,7 @@ def gather(
 ) -> Evidence:
     """Everything the rules read about ``run`` over [t0, t1]; its workers are those of ``loader_id`` (default:
     the train loader), never other loaders' (see ``loader_workers``), judged outside ``idle`` (the spans in
-    which the loop was not consuming that loader: ``trainmon.diagnose.spans.idle_spans``), as is ``loop``, the
+    which the loop was not consuming that loader: ``trainmon.diagnose.live.spans.idle_spans``), as is ``loop``, the
     main process over the same spans."""
     holes = Coverage(idle)
     ev = loader_workers(store, run, t0, t1, loader_id, holes)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.loop_code import MIN_SAMPLES, own_code_functions, own_code_measured
-from trainmon.diagnose.window import RunWindow
 from trainmon.store.run import Run
 
 PARTS = ("data_wait", "model", "comm", "own_code")

@@ -24,7 +24,7 @@ from prometheus_client.core import (
 )
 
 from trainmon import metrics as M
-from trainmon.diagnose.energy import LIVE_WINDOW_S, RunEnergy, live_energy
+from trainmon.analyses.energy_per_step import LIVE_WINDOW_S, RunEnergy, live_energy
 from trainmon.diagnose.findings import CODES, SEVERITIES, Finding
 from trainmon.diagnose.step_parts import PARTS as STEP_PARTS
 from trainmon.diagnose.thresholds import Thresholds

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainmon.diagnose.budget import NOT_MEASURED, PRECEDENCE, time_budget
+from trainmon.analyses.time_budget import NOT_MEASURED, PRECEDENCE, time_budget
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.report.schema import TimeBudgetRow
 from trainmon.store.run import Run

@@ -3,7 +3,7 @@ prints under its runs table."""
 
 from __future__ import annotations
 
-from trainmon.diagnose.energy import COUNTER, POWER, steady_energy
+from trainmon.analyses.energy_per_step import COUNTER, POWER, steady_energy
 from trainmon.labels import run_label
 from trainmon.numbers import rounded
 from trainmon.report.schema import Report, RunEnergyPart, RunEnergyRow

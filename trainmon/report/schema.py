@@ -76,7 +76,7 @@ class EpochRestarts(TypedDict):
 
 
 class RunEnergyRow(TypedDict):
-    """A run's GPU energy over its steady state, on its own GPUs (``trainmon.diagnose.energy``)."""
+    """A run's GPU energy over its steady state, on its own GPUs (``trainmon.analyses.energy_per_step``)."""
 
     joules_per_step: float | None
     joules_per_sample: float | None
@@ -144,7 +144,7 @@ class FreezeRow(TypedDict):
 
 
 class TimeBudgetRow(TypedDict):
-    """A run's wall time split so that every second lies in exactly one part (``trainmon.diagnose.budget``):
+    """A run's wall time split so that every second lies in exactly one part (``trainmon.analyses.time_budget``):
     ``parts_s`` sum to ``wall_s``; where spans overlap the one first in ``precedence`` takes the time."""
 
     start_s: float  # the run's wall time, in seconds from the report's start

@@ -1,7 +1,7 @@
 """The report's verdict: the recording cut into phases, the rules judged over each phase's own steps, and the
 headline weighed by severity and time.
 
-A phase starts wherever the training's behaviour changed (``trainmon.diagnose.phases``) and lasts at least
+A phase starts wherever the training's behaviour changed (``trainmon.analyses.phases``) and lasts at least
 ``phase_min_s``; neighbours with the same verdict are one phase. The headline is the worst cause that headed
 phases for at least ``headline_share`` of the steady state (the longest held among those of that severity),
 else the cause that headed the longest. A freeze (``stall.hang``: a silence the hang rule held over, found in the
@@ -17,10 +17,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from trainmon.diagnose.budget import wall_span
+from trainmon.analyses.phases import bin_width, features, segment, steady_span
+from trainmon.analyses.time_budget import wall_span
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline, ranked
-from trainmon.diagnose.phases import bin_width, features, segment, steady_span
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.hang import freeze_finding, frozen_spans
 from trainmon.report.schema import HeldFinding, TimelineEntry

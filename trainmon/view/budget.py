@@ -1,4 +1,4 @@
-"""A run's time budget for the live screen: the parts of its wall time so far (``trainmon.diagnose.budget``), as
+"""A run's time budget for the live screen: the parts of its wall time so far (``trainmon.analyses.time_budget``), as
 short names and shares, largest first. The budget walks the run's whole step table and its shares move slowly, so
 it is taken again only after ``REFRESH_S`` of the instant shown, or longer where that walk is dear: all runs'
 budgets together take at most ``CPU_SHARE`` of a core (16 runs of 1000 steps/s: about every 50 s each)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import weakref
 
-from trainmon.diagnose.budget import time_budget
+from trainmon.analyses.time_budget import time_budget
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.store.run import Run
 

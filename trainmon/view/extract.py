@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from trainmon.diagnose.energy import live_energy
+from trainmon.analyses.energy_per_step import live_energy
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.labels import loader_summary

@@ -100,7 +100,7 @@ class AgentlessView:
 
 @dataclass
 class EnergyView:
-    """A run's GPU energy over the live window before the instant shown (``trainmon.diagnose.energy``)."""
+    """A run's GPU energy over the live window before the instant shown (``trainmon.analyses.energy_per_step``)."""
 
     run: str  # "rank 1" or "pid 4242"
     j_step: float

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
 
 

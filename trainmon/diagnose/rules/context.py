@@ -13,9 +13,9 @@ from typing import TypeVar
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import Finding
-from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.live.host_window import HostWindow
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.store.run import Run
 from trainmon.store.store import Store
 

@@ -14,9 +14,9 @@ from bisect import bisect_left
 from typing import Any
 
 from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import quantile
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan
 
 

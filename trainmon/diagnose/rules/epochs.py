@@ -6,8 +6,8 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 # Start methods whose workers begin as a fresh interpreter: each one imports torch and the dataset's modules

@@ -6,11 +6,11 @@ import math
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input_workers import workers_ahead
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import limiting_reasons
 from trainmon.numbers import is_nan, rounded
 

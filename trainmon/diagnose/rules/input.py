@@ -7,7 +7,8 @@ from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import AdviceItem, Finding
-from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.live.host_window import HostWindow
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.batch_source import batch_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
@@ -15,7 +16,6 @@ from trainmon.diagnose.rules.gpu import gpu_is_the_limit
 from trainmon.diagnose.rules.input_advice import DISK_ADVICE, NET_ADVICE, RCHAR_ADVICE
 from trainmon.diagnose.rules.input_workers import advise_workers, cpu_finding, worker_cap, workers_ahead
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 

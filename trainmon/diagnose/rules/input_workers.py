@@ -8,10 +8,10 @@ from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
 from trainmon.diagnose.findings import AdviceItem, Finding
-from trainmon.diagnose.host_window import HostWindow
+from trainmon.diagnose.live.host_window import HostWindow
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.input_advice import FEWER_TENSORS, LATENCY_ADVICE, STAY_AHEAD
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 
 

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import input_bound
-from trainmon.diagnose.window import RunWindow
 from trainmon.metrics import PROC, PYSPY
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.store.run import Run

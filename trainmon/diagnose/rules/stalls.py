@@ -6,11 +6,11 @@ import itertools
 import math
 
 from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import quantile
 from trainmon.diagnose.thresholds import Thresholds
-from trainmon.diagnose.window import RunWindow
 from trainmon.numbers import is_nan, rounded
 from trainmon.store.gcspans import GENERATIONS
 

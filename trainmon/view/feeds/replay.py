@@ -9,8 +9,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 
-from trainmon.diagnose.change import Change
 from trainmon.diagnose.engine import VerdictTracker, evaluate
+from trainmon.diagnose.live.change import Change
 from trainmon.diagnose.rules import Thresholds
 from trainmon.labels import status_run_part, status_text
 from trainmon.numbers import is_nan

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from trainmon.diagnose.long_scan import long_candidates
-from trainmon.diagnose.rows import gather, sample_stride, segments_of
+from trainmon.diagnose.live.long_scan import long_candidates
+from trainmon.diagnose.live.rows import gather, sample_stride, segments_of
 from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run

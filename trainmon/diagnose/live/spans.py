@@ -16,7 +16,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from trainmon.diagnose.window import RunWindow
+from trainmon.diagnose.live.window import RunWindow
 
 GAP_S = 1e-4  # steps further apart than this do not follow each other: the loop was elsewhere in between
 STALL_WAIT_SHARE = 0.5  # a long step that waited on data for less than this share of it stalled on something else
