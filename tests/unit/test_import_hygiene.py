@@ -64,6 +64,11 @@ VIEW_MODULES = sorted(
         "trainmon.sources.host.disk",
         "trainmon.sources.host.procs",
         "trainmon.sources.pyspy.py_spy",
+        "trainmon.sources.discovery.unattached",
+        "trainmon.autodump",
+        "trainmon.analyses.time_budget",
+        "trainmon.analyses.phases",
+        "trainmon.analyses.energy_per_step",
         "trainmon.doctor",
         "trainmon.launch",
         "trainmon.store",
@@ -91,7 +96,7 @@ def test_the_tui_only_renders_what_the_headless_layer_hands_it():
         m
         for m in mods
         if m.split(".")[0] in ("psutil", "pynvml", "torch")
-        or m.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))
+        or m.startswith(("trainmon.sources", "trainmon.ingest", "trainmon.monitor", "trainmon.agent"))
     }
     assert not banned, sorted(banned)
 
@@ -110,6 +115,6 @@ def test_no_tui_module_names_nvml_psutil_sockets_or_sources(module):
         n
         for n in names
         if n.split(".")[0] in ("socket", "psutil", "pynvml", "torch")
-        or n.startswith(("trainmon.sources", "trainmon.monitor", "trainmon.agent"))
+        or n.startswith(("trainmon.sources", "trainmon.ingest", "trainmon.monitor", "trainmon.agent"))
     }
     assert not bad, f"{module} imports {sorted(bad)}"
