@@ -16,7 +16,7 @@ from torch.utils.data import dataloader as dl
 
 from trainmon import protocol as P
 from trainmon.agent import _batch, _hot
-from trainmon.agent._batch import MAX_MEASURED, Stats, measure
+from trainmon.agent._batch import MAX_MEASURED, BatchStats, measure
 from trainmon.agent._torch_hooks import Registry, TorchHooks
 from trainmon.store.batches import batch_size, tokens_per_sample
 from trainmon.store.store import Store
@@ -64,7 +64,7 @@ def test_a_batch_encoding_is_a_mapping():
 
 
 def test_stats_keep_a_mean_that_follows_changes():
-    s = Stats()
+    s = BatchStats()
     for _ in range(MAX_MEASURED):
         s.add(8, 100)
     assert s.changed()
@@ -75,7 +75,7 @@ def test_stats_keep_a_mean_that_follows_changes():
     fields = s.fields()
     assert s.batches <= MAX_MEASURED and 4 <= fields["measured_samples"] / fields["measured_batches"] < 4.2
     assert fields["measured_token_batches"] < MAX_MEASURED / 8  # the old token batches fade with them
-    s2 = Stats()
+    s2 = BatchStats()
     s2.add(8, -1)
     assert "measured_tokens" not in s2.fields()
     assert s2.changed() and not s2.changed()  # sent once; the same mean is not sent again

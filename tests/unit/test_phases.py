@@ -10,7 +10,7 @@ from testsupport.stores import T0, timeline_store
 from trainmon.analyses.phases import bin_width, features, segment, steady_span
 from trainmon.diagnose import Finding, Thresholds
 from trainmon.report import build_report
-from trainmon.report.verdict import Phase, headline_phase, held_seconds
+from trainmon.report.verdict import TimelinePhase, headline_phase, held_seconds
 from trainmon.store.store import Store
 
 NOISY = Noise(jitter=0.5, long_every=0.05, figures=10.0)
@@ -123,8 +123,8 @@ def test_findings_that_never_headed_carry_the_seconds_they_held() -> None:
     assert all(f["held_s"] > 0 for f in report["findings"])
 
 
-def phase(start: float, end: float, *findings: tuple[str, str]) -> Phase:
-    return Phase(start, end, [Finding(code, severity, code) for code, severity in findings])
+def phase(start: float, end: float, *findings: tuple[str, str]) -> TimelinePhase:
+    return TimelinePhase(start, end, [Finding(code, severity, code) for code, severity in findings])
 
 
 def test_headline_weighs_severity_then_time() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from trainmon.sources.pyspy import py_spy as pyspy
 from trainmon.sources.pyspy import py_stacks as stacks
-from trainmon.sources.pyspy.py_stacks import CHECKPOINT, COMPUTE, DATA_WAIT, Frame, ThreadStack
+from trainmon.sources.pyspy.py_stacks import CHECKPOINT, COMPUTE, DATA_WAIT, StackFrame, ThreadStack
 
 # ---------------------------------------------------------------- ptrace
 
@@ -55,7 +55,7 @@ def _thread(*frames: tuple[str, str]) -> ThreadStack:
         is_main=True,
         active=True,
         owns_gil=True,
-        frames=[Frame(name, path, 1, os.path.basename(path)) for name, path in frames],
+        frames=[StackFrame(name, path, 1, os.path.basename(path)) for name, path in frames],
     )
 
 

@@ -107,7 +107,7 @@ def _measure_mapping(batch: Mapping[Any, Any]) -> tuple[int, int]:
     return 0, -1
 
 
-class Stats:
+class BatchStats:
     """One loader's measured batches: how many, and their samples and tokens (sums, halved past MAX_MEASURED)."""
 
     __slots__ = ("batches", "samples", "sent", "token_batches", "tokens")
@@ -153,7 +153,7 @@ class _Registry(Protocol):
     def emit(self) -> Callable[[dict[str, Any]], None]: ...
 
 
-class Hooks(Protocol):
+class BatchHooks(Protocol):
     """What the probe reads of ``_torch_hooks.TorchHooks`` (named here, not imported: that module imports this one)."""
 
     @property
@@ -172,9 +172,9 @@ class Hooks(Protocol):
 class BatchProbe:
     """Arms and disarms the measuring ``__next__`` of ``hooks``; reports each loader's means with its config."""
 
-    def __init__(self, hooks: Hooks) -> None:
+    def __init__(self, hooks: BatchHooks) -> None:
         self.hooks = hooks
-        self.stats: dict[int, Stats] = {}
+        self.stats: dict[int, BatchStats] = {}
         self.left = 0  # batches still to read in this round
         self.wrapper: Callable[[Any], Any] | None = None  # the measuring __next__ while armed
         self.base: Callable[[Any], Any] | None = None  # what it replaced (and calls)
@@ -220,7 +220,7 @@ class BatchProbe:
         lid = it._trainmon_tag >> 8
         stats = self.stats.get(lid)
         if stats is None:
-            stats = self.stats[lid] = Stats()
+            stats = self.stats[lid] = BatchStats()
         stats.add(samples, tokens)
         config = self.hooks.registry.configs.get(lid)
         if config is not None and stats.changed():

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from trainmon.agent import _hot
-from trainmon.agent._batch import FIRST_BATCHES, Stats, measure
+from trainmon.agent._batch import FIRST_BATCHES, BatchStats, measure
 from trainmon.protocol import K_ITER_END, K_ITER_START, K_WAIT
 
 T = TypeVar("T")
@@ -100,7 +100,7 @@ class Loader(Generic[T]):
         self._name = name
         self._registry: Any = None
         self._lid = 0
-        self._stats = Stats()
+        self._stats = BatchStats()
         self._pass: LoaderIterator[T] | None = None
 
     def __iter__(self) -> LoaderIterator[T]:

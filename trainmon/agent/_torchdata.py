@@ -19,7 +19,7 @@ MODULE = "torchdata.nodes.loader"
 MAX_NODES = 64
 
 
-class Hooks(Protocol):
+class TorchdataHooks(Protocol):
     """What is used of ``_torch_hooks.TorchHooks`` (not imported: that module imports this one)."""
 
     registry: Any
@@ -64,7 +64,7 @@ def loader_config(loader: Any) -> dict[str, Any]:
     }
 
 
-def install(hooks: Hooks, module: Any, lazy_tag: Any) -> None:
+def install(hooks: TorchdataHooks, module: Any, lazy_tag: Any) -> None:
     """Patch ``torchdata.nodes.loader`` (``module``): the iterator's ``__next__``, and ``Loader.__iter__``.
     ``lazy_tag``: the registering default of ``_trainmon_tag`` DataLoader iterators have (``_torch_hooks.LazyTag``)."""
     registry = hooks.registry

@@ -9,33 +9,33 @@ import sys
 
 from trainmon import __version__
 from trainmon.cli.command import Command
-from trainmon.cli.commands.attach import Attach
-from trainmon.cli.commands.cluster import Cluster
-from trainmon.cli.commands.demo import Demo
-from trainmon.cli.commands.diff import Diff
-from trainmon.cli.commands.doctor import Doctor
-from trainmon.cli.commands.live import Live
-from trainmon.cli.commands.record import Record
-from trainmon.cli.commands.replay import Replay
-from trainmon.cli.commands.report import Report
-from trainmon.cli.commands.run import Run
-from trainmon.cli.commands.serve import Serve
+from trainmon.cli.commands.attach import AttachCommand
+from trainmon.cli.commands.cluster import ClusterCommand
+from trainmon.cli.commands.demo import DemoCommand
+from trainmon.cli.commands.diff import DiffCommand
+from trainmon.cli.commands.doctor import DoctorCommand
+from trainmon.cli.commands.live import LiveCommand
+from trainmon.cli.commands.record import RecordCommand
+from trainmon.cli.commands.replay import ReplayCommand
+from trainmon.cli.commands.report import ReportCommand
+from trainmon.cli.commands.run import RunCommand
+from trainmon.cli.commands.serve import ServeCommand
 from trainmon.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from trainmon.cli.options import Subcommands, monitor_options
 
-DEFAULT_COMMAND: Command = Live()  # ``trainmon`` with no command name
+DEFAULT_COMMAND: Command = LiveCommand()  # ``trainmon`` with no command name
 # --help order
 COMMANDS: tuple[Command, ...] = (
-    Demo(),
-    Run(),
-    Attach(),
-    Record(),
-    Doctor(),
-    Report(),
-    Diff(),
-    Cluster(),
-    Serve(),
-    Replay(),
+    DemoCommand(),
+    RunCommand(),
+    AttachCommand(),
+    RecordCommand(),
+    DoctorCommand(),
+    ReportCommand(),
+    DiffCommand(),
+    ClusterCommand(),
+    ServeCommand(),
+    ReplayCommand(),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmon.cluster.state import STEP_RATIO, WAIT_POINTS, ClusterState, JobView, NodeRow, RankRow, Verdict, alerts_for
+from trainmon.cluster.state import (
+    STEP_RATIO,
+    WAIT_POINTS,
+    ClusterState,
+    JobView,
+    NodeRow,
+    RankRow,
+    RowVerdict,
+    alerts_for,
+)
 from trainmon.diagnose.findings import CODES
 
 COLUMNS = ("", "job / node / rank", "verdict", "step ms", "data wait", "samples/s", "GPU %", "throttled")
@@ -27,7 +36,7 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-def _verdict(v: Verdict | None) -> str:
+def _verdict(v: RowVerdict | None) -> str:
     return v.code if v is not None else "n/a"
 
 
@@ -129,7 +138,7 @@ def evidence(state: ClusterState, key: str) -> list[str]:
     return ["that row is no longer in Prometheus"]
 
 
-def _meaning(v: Verdict | None) -> list[str]:
+def _meaning(v: RowVerdict | None) -> list[str]:
     if v is None:
         return ["verdict: none reported yet"]
     return [f"verdict: {v.code} [{v.severity}] — {CODES.get(v.code, 'a code this trainmon does not know')}"]

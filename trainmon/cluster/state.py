@@ -45,7 +45,7 @@ RUN_FIGURES = {
 
 
 @dataclass
-class Verdict:
+class RowVerdict:
     code: str
     severity: str
     summary: str = ""
@@ -66,7 +66,7 @@ class RankRow:
     rank: str
     name: str
     connected: bool = True
-    verdict: Verdict | None = None
+    verdict: RowVerdict | None = None
     step_s: float | None = None
     data_wait: float | None = None
     samples_per_s: float | None = None
@@ -88,7 +88,7 @@ class RankRow:
 class NodeRow:
     instance: str
     host: str
-    verdict: Verdict | None = None
+    verdict: RowVerdict | None = None
     gpu_util: float | None = None
     gpus: int = 0
     throttled: int = 0
@@ -104,7 +104,7 @@ class JobView:
     job_id: str  # "" for a lone process (shown by its node and pid)
     ranks: list[RankRow]
     nodes: list[NodeRow]
-    headline: Verdict
+    headline: RowVerdict
     step_median_s: float | None = None
     wait_median: float | None = None
     straggler: RankRow | None = None
@@ -168,7 +168,7 @@ def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]]) -> Clus
         inst = s.labels.get("instance", "")
         node = nodes.setdefault(inst, NodeRow(inst, s.labels.get("host", inst)))
         if s.name == M.VERDICT.exposed:
-            node.verdict = Verdict(s.labels.get("code", "?"), _severity(s.labels))
+            node.verdict = RowVerdict(s.labels.get("code", "?"), _severity(s.labels))
         elif s.name == GPU_UTIL:
             gpu_util[(inst, s.labels.get("gpu", ""))] = s.value
         elif s.name == M.GPU_THROTTLED.exposed:
@@ -182,7 +182,7 @@ def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]]) -> Clus
             elif s.name == M.RUN_CONNECTED.exposed:
                 run.connected = s.value == 1
             elif s.name == M.RUN_VERDICT.exposed:
-                run.verdict = Verdict(s.labels.get("code", "?"), _severity(s.labels))
+                run.verdict = RowVerdict(s.labels.get("code", "?"), _severity(s.labels))
             elif s.name == M.RUN_GPU.exposed:
                 run_gpus.append(((inst, s.labels["pid"]), s.labels.get("gpu", "")))
     for key, gpu in run_gpus:
@@ -234,7 +234,7 @@ def _jobs(runs: list[RankRow], nodes: dict[str, NodeRow]) -> list[JobView]:
         its_nodes = sorted(
             {nodes[r.instance].instance: nodes[r.instance] for r in ranks}.values(), key=lambda n: n.host
         )
-        jobs.append(judge(JobView(ranks[0].job_id, ranks, its_nodes, Verdict("insufficient_data", "ok"))))
+        jobs.append(judge(JobView(ranks[0].job_id, ranks, its_nodes, RowVerdict("insufficient_data", "ok"))))
     return sorted(jobs, key=lambda j: (j.headline.order, j.label))
 
 
@@ -249,18 +249,18 @@ def judge(job: JobView) -> JobView:
             return job
     verdicts = [r.verdict for r in live if r.verdict is not None]
     if not verdicts:
-        job.headline = Verdict("insufficient_data", "ok", "no rank has a verdict yet")
+        job.headline = RowVerdict("insufficient_data", "ok", "no rank has a verdict yet")
         return job
     worst = min(verdicts, key=lambda v: v.order)
     holding = [r for r in live if r.verdict is not None and r.verdict.code == worst.code]
     where = sorted({r.node for r in holding})
-    job.headline = Verdict(
+    job.headline = RowVerdict(
         worst.code, worst.severity, f"{len(holding)} of {len(live)} rank(s) on {', '.join(where)} ({worst.code})"
     )
     return job
 
 
-def _straggler(job: JobView, live: list[RankRow]) -> tuple[RankRow, Verdict] | None:
+def _straggler(job: JobView, live: list[RankRow]) -> tuple[RankRow, RowVerdict] | None:
     med_step, med_wait = job.step_median_s, job.wait_median
     slow = [r for r in live if r.step_s is not None and med_step and r.step_s > STEP_RATIO * med_step]
     waiting = [
@@ -275,7 +275,7 @@ def _straggler(job: JobView, live: list[RankRow]) -> tuple[RankRow, Verdict] | N
     else:
         return None
     own = f"; its own verdict: {r.verdict.code}" if r.verdict is not None else ""
-    return r, Verdict("dist.straggler", "warning", f"{r.label} on {r.node} {why}{own}")
+    return r, RowVerdict("dist.straggler", "warning", f"{r.label} on {r.node} {why}{own}")
 
 
 def alerts_for(state: ClusterState, key: str) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ W = TypeVar("W")
 
 
 @dataclass(frozen=True)
-class Change:
+class MetricChange:
     a: float | None
     b: float | None
     change: float | None  # b - a, or (b - a) / a for a relative figure
@@ -63,7 +63,7 @@ def compare(
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = SEED,
-) -> Change:
+) -> MetricChange:
     """``stat`` on both sides' windows, the change, and its bootstrap interval (None with under 2 windows a side).
     ``draw``: the windows to resample where they differ from the ones measured (thinned, see ``thin``)."""
     va, vb = stat(a), stat(b)
@@ -77,7 +77,7 @@ def compare(
             for _ in range(resamples)
         ]
         low, high = _percentiles([d for d in drawn if d is not None], confidence)
-    return Change(_finite(va), _finite(vb), point, low, high)
+    return MetricChange(_finite(va), _finite(vb), point, low, high)
 
 
 def _change(a: float, b: float, relative: bool) -> float | None:

@@ -59,7 +59,7 @@ STEP_FIGURES: list[tuple[Figure, bool, Any]] = [  # (figure, from step times rat
 @dataclass(frozen=True)
 class FigureDiff:
     figure: Figure
-    change: bs.Change
+    change: bs.MetricChange
 
 
 @dataclass

@@ -19,7 +19,7 @@ GpuFigures = dict[str, Any]
 ProcFigures = dict[str, float | None]
 
 
-class Stats(TypedDict):
+class FigureStats(TypedDict):
     p50: float | None
     p95: float | None
     max: float | None
@@ -222,7 +222,7 @@ class MemoryFigures(TypedDict):
     swap_used_mb_max: float | None
 
 
-class AgentCost(TypedDict):
+class AgentCostFigures(TypedDict):
     """What a run's agent cost its training, as the agent measured it (``cost`` records) over the whole run: per step,
     its hooks on the training thread (their calls at their calibrated price) and its sender thread's CPU, in µs."""
 
@@ -241,7 +241,7 @@ class MonitorCost(TypedDict):
     cpu_percent_p95: float | None
     helpers_cpu_percent_p50: float | None  # py-spy sampling, beside the monitor
     rss_mb_max: float | None
-    agents: list[AgentCost]  # runs whose agent measured its cost (recordings since it does)
+    agents: list[AgentCostFigures]  # runs whose agent measured its cost (recordings since it does)
 
 
 class _SystemOptional(TypedDict, total=False):

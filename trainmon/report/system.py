@@ -10,15 +10,15 @@ from trainmon.diagnose.stats import quantile
 from trainmon.metrics import DISK, GPU, MIG_MODE_NOTE, MIG_NOTE, PROC, PYSPY, limiting_reasons
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.report.schema import (
-    AgentCost,
+    AgentCostFigures,
     AgentlessProcess,
     CpuFigures,
     DiskFigures,
+    FigureStats,
     GpuFigures,
     MemoryFigures,
     ProcessFigures,
     ProcFigures,
-    Stats,
     SystemSection,
 )
 from trainmon.store.run import Run
@@ -29,7 +29,7 @@ DISK_FIGURES = {field: f.report for field, f in DISK.fields.items() if f.report 
 GPU_FIGURES = {field: f.report for field, f in GPU.fields.items() if f.report is not None}
 
 
-def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> Stats:
+def stats(store: Store, name: str, t0: float | None = None, t1: float | None = None) -> FigureStats:
     """Median, 95th percentile and maximum of a series (NaN samples skipped), over ``[t0, t1]`` if given."""
     series = store.series.get(name)
     if series is None:
@@ -41,7 +41,7 @@ def stats(store: Store, name: str, t0: float | None = None, t1: float | None = N
     return {"p50": rounded(quantile(values, 0.5)), "p95": rounded(quantile(values, 0.95)), "max": rounded(max(values))}
 
 
-def _flat(prefix: str, s: Stats) -> dict[str, float | None]:
+def _flat(prefix: str, s: FigureStats) -> dict[str, float | None]:
     return {f"{prefix}_p50": s["p50"], f"{prefix}_p95": s["p95"], f"{prefix}_max": s["max"]}
 
 
@@ -189,9 +189,9 @@ def process_figures_pid(store: Store, pid: int) -> ProcFigures:
     return fig
 
 
-def agent_costs(runs: Iterable[Run]) -> list[AgentCost]:
+def agent_costs(runs: Iterable[Run]) -> list[AgentCostFigures]:
     """Each agent run's own cost per step over the whole run, where its agent measured it."""
-    out: list[AgentCost] = []
+    out: list[AgentCostFigures] = []
     for run in runs:
         figures = run.agent_cost.per_step(run.steps, -math.inf, math.inf) if run.measured_by == "agent" else None
         if figures is None:

@@ -39,7 +39,7 @@ NO_STEPS = Finding(
 
 
 @dataclass
-class Phase:
+class TimelinePhase:
     start: float
     end: float
     findings: list[Finding]  # everything that held over the phase, best-ranked first
@@ -76,11 +76,11 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     """Phases over the steady state (and the warm-up before it), the headline and every finding's time."""
     frozen = hang_phases(store, first, end, th)
     phases = judge_phases(store, th, [(p.start, p.end) for p in frozen])
-    warmup: Phase | None = None
+    warmup: TimelinePhase | None = None
     if not phases:
-        phases = [Phase(first, end, evaluate(store, end, th, since=first))]
+        phases = [TimelinePhase(first, end, evaluate(store, end, th, since=first))]
     elif phases[0].start - first >= 1.0:
-        warmup = Phase(first, phases[0].start, [_warmup(store, first, phases[0].start)])
+        warmup = TimelinePhase(first, phases[0].start, [_warmup(store, first, phases[0].start)])
     phases = sorted(phases + frozen, key=lambda p: p.start)
     top = headline_phase(phases, th).top
     held = held_seconds(phases)
@@ -94,7 +94,7 @@ def judge(store: Store, first: float, end: float, th: Thresholds) -> Judgement:
     return Judgement(verdict=finding_dict(top, held.get(top.code, 0.0)), findings=others, timeline=timeline)
 
 
-def judge_phases(store: Store, th: Thresholds, frozen: list[Span] | None = None) -> list[Phase]:
+def judge_phases(store: Store, th: Thresholds, frozen: list[Span] | None = None) -> list[TimelinePhase]:
     """The steady state cut where behaviour changed, and around the ``frozen`` spans (which are phases of their
     own), each phase judged on its own; neighbours that come out with the same verdict (or a phase too thin to
     judge) are joined and judged again."""
@@ -107,10 +107,10 @@ def judge_phases(store: Store, th: Thresholds, frozen: list[Span] | None = None)
         cuts = segment(features(store, s0, s1, dt), max(1, math.ceil(th.phase_min_s / dt - 1e-9)))
     edges = [s0, *(s0 + k * dt for k in cuts), s1]
     spans = _joined([piece for a, b in itertools.pairwise(edges) for piece in _outside((a, b), frozen or [])])
-    phases = [Phase(a, b, evaluate(store, b, th, since=a)) for a, b in spans]
+    phases = [TimelinePhase(a, b, evaluate(store, b, th, since=a)) for a, b in spans]
     while (i := _mergeable(phases)) is not None:  # each join leaves one phase fewer
         a, b = phases[i], phases[i + 1]
-        phases[i : i + 2] = [Phase(a.start, b.end, evaluate(store, b.end, th, since=a.start))]
+        phases[i : i + 2] = [TimelinePhase(a.start, b.end, evaluate(store, b.end, th, since=a.start))]
     return phases
 
 
@@ -133,7 +133,7 @@ def _joined(spans: list[Span]) -> list[Span]:
     return out
 
 
-def _mergeable(phases: list[Phase]) -> int | None:
+def _mergeable(phases: list[TimelinePhase]) -> int | None:
     """The first phase to join with the next (they touch: no freeze between them): the same verdict and cause (its
     ``sub_cause``: busy workers and waiting ones joined would be judged on their average), or one side could not
     be judged."""
@@ -145,7 +145,7 @@ def _mergeable(phases: list[Phase]) -> int | None:
     return None
 
 
-def headline_phase(phases: list[Phase], th: Thresholds) -> Phase:
+def headline_phase(phases: list[TimelinePhase], th: Thresholds) -> TimelinePhase:
     """The phase whose cause heads the report: of the causes that headed phases for ``headline_share`` of the
     judged time or more, the worst (then the longest held); else the one held longest. Its longest phase at its
     worst severity."""
@@ -172,10 +172,10 @@ def heads_at_once(f: Finding, th: Thresholds) -> bool:
     return f.evidence.get("resumed") is not True or (share is not None and share >= th.freeze_headline_share)
 
 
-def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[Phase]:
+def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[TimelinePhase]:
     """Each freeze of each run (``frozen_spans``) within [first, end], a phase of its own judged by
     ``freeze_finding``: a hung run has no steps to cut phases from, and a freeze that resumed lies inside one."""
-    out: list[Phase] = []
+    out: list[TimelinePhase] = []
     with store.lock:
         for run in store.runs.values():
             freezes = frozen_spans(run, first, end, th)
@@ -197,11 +197,11 @@ def hang_phases(store: Store, first: float, end: float, th: Thresholds) -> list[
                 finding.evidence["freezes"] = listing
                 a, b = max(f.start, first), min(f.end, end)
                 if b > a:
-                    out.append(Phase(a, b, [finding]))
+                    out.append(TimelinePhase(a, b, [finding]))
     return out
 
 
-def held_seconds(phases: list[Phase]) -> dict[str, float]:
+def held_seconds(phases: list[TimelinePhase]) -> dict[str, float]:
     """Seconds each code held, over every phase (as the headline or beside it)."""
     held: dict[str, float] = {}
     for p in phases:
@@ -210,7 +210,7 @@ def held_seconds(phases: list[Phase]) -> dict[str, float]:
     return held
 
 
-def _representatives(phases: list[Phase]) -> dict[str, Finding]:
+def _representatives(phases: list[TimelinePhase]) -> dict[str, Finding]:
     """Per code, its finding from the phase where it was worst (then longest)."""
     best: dict[str, tuple[int, float, Finding]] = {}
     for p in phases:
@@ -230,7 +230,7 @@ def _warmup(store: Store, first: float, steady: float) -> Finding:
     return Finding("insufficient_data", "ok", what, [], {"steps": steps})
 
 
-def _entry(p: Phase, first: float) -> TimelineEntry:
+def _entry(p: TimelinePhase, first: float) -> TimelineEntry:
     top = p.top
     return {
         "t": round(p.start - first, 2),

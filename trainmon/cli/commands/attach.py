@@ -21,7 +21,7 @@ _CODES = (
 )
 
 
-class Attach(Command):
+class AttachCommand(Command):
     name = "attach"
     help = "inject the agent into a running Python training (no restart)"
 

@@ -11,7 +11,7 @@ from trainmon.cli.options import positive_seconds
 from trainmon.cli.terminal import use_tui
 
 
-class Cluster(Command):
+class ClusterCommand(Command):
     name = "cluster"
     help = "every node and rank of every job, from the Prometheus that scrapes the monitors"
 

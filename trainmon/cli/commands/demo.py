@@ -17,7 +17,7 @@ from trainmon.cli.options import positive_seconds
 from trainmon.cli.terminal import use_tui
 
 
-class Demo(Command):
+class DemoCommand(Command):
     name = "demo"
     help = "run a built-in demo training under the monitor"
 

@@ -9,7 +9,7 @@ from trainmon.cli.command import Command
 from trainmon.cli.errors import CliError
 
 
-class Diff(Command):
+class DiffCommand(Command):
     name = "diff"
     help = "two recordings (or FILE#RUN) side by side, with noise bounds"
 

@@ -8,7 +8,7 @@ import sys
 from trainmon.cli.command import Command
 
 
-class Doctor(Command):
+class DoctorCommand(Command):
     name = "doctor"
     help = "what works here: NVML, py-spy/ptrace, socket directory, torch"
 

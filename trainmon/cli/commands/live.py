@@ -11,7 +11,7 @@ from trainmon.cli.monitor_setup import listen_address, start_monitor, watched_pi
 from trainmon.cli.terminal import status_listener, stop_event, use_tui
 
 
-class Live(Command):
+class LiveCommand(Command):
     name = "live"
     help = "the live screen (the default when no command is given)"
 

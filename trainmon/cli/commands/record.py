@@ -14,7 +14,7 @@ from trainmon.cli.options import MonitorOptionHelp, positive_seconds
 from trainmon.cli.terminal import status_listener, stop_event
 
 
-class Record(Command):
+class RecordCommand(Command):
     name = "record"
     help = "record headless to a file"
     monitor_option_help: ClassVar[MonitorOptionHelp] = {

@@ -12,7 +12,7 @@ from trainmon.cli.options import speed_factor
 from trainmon.cli.terminal import use_tui
 
 
-class Replay(Command):
+class ReplayCommand(Command):
     name = "replay"
     help = "a recording through the live screen (status lines when not a terminal)"
 

@@ -9,7 +9,7 @@ from trainmon.cli.command import Command
 from trainmon.cli.errors import CliError
 
 
-class Report(Command):
+class ReportCommand(Command):
     name = "report"
     help = "summarise a recording"
 

@@ -13,7 +13,7 @@ from trainmon.cli.monitor_setup import private_address, start_monitor
 from trainmon.cli.terminal import use_tui
 
 
-class Run(Command):
+class RunCommand(Command):
     name = "run"
     help = "run CMD with the agent attached (no code change)"
 

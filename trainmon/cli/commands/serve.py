@@ -19,7 +19,7 @@ LIVE_CAP_REASON = (
 )
 
 
-class Serve(Command):
+class ServeCommand(Command):
     name = "serve"
     help = "the live screen (or a replay) in a web browser, one screen per tab"
 

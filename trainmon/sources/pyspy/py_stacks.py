@@ -26,7 +26,7 @@ COMPUTE = "compute"
 
 
 @dataclass
-class Frame:
+class StackFrame:
     name: str
     filename: str
     line: int
@@ -44,7 +44,7 @@ class ThreadStack:
     is_main: bool
     active: bool
     owns_gil: bool
-    frames: list[Frame]  # innermost first
+    frames: list[StackFrame]  # innermost first
 
     @property
     def idle(self) -> bool:
@@ -112,11 +112,11 @@ def _short_path(filename: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def _parse_frame(raw: dict[str, Any]) -> Frame:
+def _parse_frame(raw: dict[str, Any]) -> StackFrame:
     filename = str(raw.get("filename") or "?")
     short = raw.get("short_filename") or _short_path(filename)
     line = raw.get("line")
-    return Frame(
+    return StackFrame(
         name=str(raw.get("name") or "?"),
         filename=filename,
         line=int(line) if isinstance(line, int) else 0,
@@ -155,15 +155,15 @@ def parse_dump(pid: int, text: str) -> StackDump:
     return StackDump(pid, threads=threads)
 
 
-def _parse_collapsed_frame(text: str) -> Frame:
+def _parse_collapsed_frame(text: str) -> StackFrame:
     """``name (path:line)``, as ``record --format raw`` writes a frame."""
     name, sep, where = text.rpartition(" (")
     if not sep or not where.endswith(")"):
-        return Frame(name=text or "?", filename="?", line=0, short="?")
+        return StackFrame(name=text or "?", filename="?", line=0, short="?")
     filename, _, line = where[:-1].rpartition(":")
     if not filename:
         filename, line = line, ""
-    return Frame(
+    return StackFrame(
         name=name or "?",
         filename=filename or "?",
         line=int(line) if line.isdigit() else 0,

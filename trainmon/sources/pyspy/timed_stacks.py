@@ -33,7 +33,7 @@ from typing import Any
 
 from trainmon.sources.pyspy.py_spy import find_pyspy, ptrace_status
 from trainmon.sources.pyspy.py_spy import record as pyspy_record
-from trainmon.sources.pyspy.py_stacks import Frame, ThreadStack
+from trainmon.sources.pyspy.py_stacks import StackFrame, ThreadStack
 from trainmon.sources.pyspy.spy_process import Recording
 from trainmon.store.run import Run
 from trainmon.store.store import Store
@@ -74,11 +74,11 @@ def _identity(name: str, filename: str) -> Identity:
     return name.rsplit(".", 1)[-1], filename.replace("\\", "/")
 
 
-def _path(frame: Frame) -> str:
+def _path(frame: StackFrame) -> str:
     return frame.filename.replace("\\", "/")
 
 
-def _is_model(frame: Frame, model: set[Identity]) -> bool:
+def _is_model(frame: StackFrame, model: set[Identity]) -> bool:
     path = _path(frame)
     name = frame.name.rsplit(".", 1)[-1]
     return (
