@@ -179,7 +179,7 @@ def check_injector() -> list[Row]:
     """What ``trainmon attach`` injects with: ``sys.remote_exec`` (3.14+ targets of this Python's version) and gdb
     (any other CPython 3.10+ target, x86-64), and whether ptrace lets it in."""
     from trainmon.attach import gdb
-    from trainmon.attach import ptrace as attach_ptrace
+    from trainmon.attach import ptrace_message as attach_ptrace
 
     remote = getattr(sys, "remote_exec", None) is not None
     same = f"Python {sys.version_info[0]}.{sys.version_info[1]}"

@@ -619,7 +619,7 @@ def test_another_users_process_is_refused(addr: str, training: Training) -> None
 
 @needs_nobody
 def test_ptrace_denied(addr: str) -> None:
-    from trainmon.attach.ptrace import PTRACE_FIX
+    from trainmon.attach.ptrace_message import PTRACE_FIX
 
     # nobody's own process that made itself non-dumpable: the kernel refuses ptrace without CAP_SYS_PTRACE.
     code = "import ctypes, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nprint('READY', flush=True)\ntime.sleep(120)\n"
@@ -636,7 +636,7 @@ def test_ptrace_denied(addr: str) -> None:
 
 
 def test_ptrace_fix_is_the_one_py_spy_shows() -> None:
-    from trainmon.attach.ptrace import PTRACE_FIX
+    from trainmon.attach.ptrace_message import PTRACE_FIX
     from trainmon.sources.pyspy import py_spy as pyspy
 
     assert PTRACE_FIX == pyspy.PTRACE_FIX

@@ -16,7 +16,7 @@ import time
 
 from trainmon import protocol
 from trainmon.attach import gdb, payload, remote
-from trainmon.attach.ptrace import permission_message
+from trainmon.attach.ptrace_message import permission_message
 from trainmon.attach.result import (
     ALREADY,
     ATTACHED,
