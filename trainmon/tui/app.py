@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import ClassVar
 
 from textual.app import App, ComposeResult
@@ -75,14 +76,7 @@ class Job:
 class TrainmonApp(App[int]):
     TITLE = "trainmon"
     ENABLE_COMMAND_PALETTE = False
-    CSS = """
-    Screen { layout: vertical; overflow: hidden hidden; }
-    #banner { margin: 0 0 0 0; }
-    ProcTable { height: 1fr; min-height: 3; }
-    ProcTable.-focused-pane { min-height: 8; }
-    #keys { height: 1; background: $panel; }
-    App.-ascii ProcTable { scrollbar-size: 0 0; }
-    """
+    CSS_PATH: ClassVar[list[str | PurePath]] = ["widgets.tcss", "trainmon.tcss"]  # beside this module
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,h", "help", "Help"),

@@ -8,6 +8,7 @@ evidence. An unreachable Prometheus is one line in the banner; the rows keep the
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import ClassVar
 
 from rich.text import Text
@@ -103,12 +104,7 @@ class ClusterTable(DataTable[Text | str]):
 class ClusterApp(App[int]):
     TITLE = "trainmon cluster"
     ENABLE_COMMAND_PALETTE = False
-    CSS = """
-    Screen { layout: vertical; overflow: hidden hidden; }
-    #banner { height: auto; padding: 0 1; }
-    ClusterTable { height: 1fr; }
-    #status { height: 1; background: $panel; padding: 0 1; }
-    """
+    CSS_PATH: ClassVar[list[str | PurePath]] = ["widgets.tcss", "cluster.tcss"]  # beside this module
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("enter,e", "evidence", "Evidence"),

@@ -34,14 +34,6 @@ KEYS = (
 
 
 class _Modal(ModalScreen[None]):
-    DEFAULT_CSS = """
-    _Modal { align: center middle; }
-    _Modal > VerticalScroll {
-        width: 90%; max-width: 110; height: auto; max-height: 90%;
-        border: round $accent; background: $surface; padding: 0 1;
-    }
-    App.-ascii _Modal > VerticalScroll { border: ascii $accent; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "Close")]
 
     def action_close(self) -> None:

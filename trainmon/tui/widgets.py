@@ -37,10 +37,6 @@ STRIP_ASCII = {"ok": "-", "warning": "=", "critical": "#", None: "."}
 class GridWidget(Widget):
     """A Line-API widget on the shared grid; subclasses fill ``self.lines`` (one callable per row)."""
 
-    DEFAULT_CSS = """
-    GridWidget { height: auto; width: 1fr; }
-    """
-
     def __init__(self, glyphs: Glyphs, **kwargs) -> None:
         super().__init__(**kwargs)
         self.glyphs = glyphs
@@ -264,10 +260,6 @@ def proc_cells(row: ProcRow) -> tuple[str, ...]:
 
 class ProcTable(DataTable):
     """Mains, ranks and DataLoader workers at the shown instant; rows keyed by pid and updated in place."""
-
-    DEFAULT_CSS = """
-    ProcTable { height: 1fr; min-height: 3; }
-    """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING, **kwargs)
