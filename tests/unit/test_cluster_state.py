@@ -72,3 +72,25 @@ def test_a_rank_far_above_the_median_is_the_straggler_and_a_gone_rank_is_not_cou
 def test_urls():
     assert base_url("prom:9090") == "http://prom:9090"
     assert base_url("https://prom.example/prometheus/graph") == "https://prom.example/prometheus"
+
+
+def test_the_straggler_is_judged_by_the_thresholds_a_config_file_sets(tmp_path):
+    """The cluster view reads the straggler rule's own thresholds: a rank 30 % slower than its job's median is a
+    straggler at the default ratio (1.25), not once a config file raises it to 1.5; the evidence says which."""
+    from trainmon.config import load
+
+    samples = [
+        *_node("a", "node-a", "ok.compute_bound", "ok"),
+        *_rank("a", "node-a", 0, 0.100, 0.05, "ok.compute_bound", "ok"),
+        *_rank("a", "node-a", 1, 0.100, 0.05, "ok.compute_bound", "ok"),
+        *_rank("a", "node-a", 2, 0.130, 0.05, "ok.compute_bound", "ok"),
+    ]
+    (job,) = build("http://p", samples, []).jobs
+    assert job.headline.code == "dist.straggler" and job.straggler is not None and job.straggler.rank == "2"
+    config = tmp_path / "trainmon.toml"
+    config.write_text("[thresholds]\nstraggler_step_ratio = 1.5\n")
+    th = load(str(config)).thresholds
+    state = build("http://p", samples, [], th)
+    (job,) = state.jobs
+    assert job.straggler is None and job.headline.code == "ok.compute_bound"
+    assert any("over 1.5× the median" in line for line in evidence(state, job.key))

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainmon.cluster.state import (
-    STEP_RATIO,
-    WAIT_POINTS,
     ClusterState,
     JobView,
     NodeRow,
@@ -162,7 +160,8 @@ def _job_evidence(state: ClusterState, job: JobView) -> list[str]:
         f"ranks: {len(job.ranks)} on {len(job.nodes)} node(s): " + ", ".join(n.host for n in job.nodes),
         f"median step time: {_num(job.step_median_s * 1e3 if job.step_median_s else None)} ms;"
         f" median data wait: {_pct(job.wait_median)}",
-        f"a straggler: step time over {STEP_RATIO:g}× the median, or data wait {WAIT_POINTS:.0%} above it",
+        f"a straggler: step time over {state.th.straggler_step_ratio:g}× the median, or data wait "
+        f"{state.th.straggler_wait_gap:.0%} above it",
     ]
     for r in job.ranks:
         lines.append(

@@ -3,8 +3,9 @@ headline verdict across its nodes. Headless (the TUI and ``--once`` both draw th
 
 A rank is one run of a monitor (``instance``, ``pid``); ranks of one job share its ``job_id`` on every node; a
 node is one monitor. A job's headline is a straggler where one rank's step time or data wait diverges from the
-job's median as the contrib alerts judge it (``STEP_RATIO``, ``WAIT_POINTS``), else the worst verdict its ranks'
-own monitors give, with how many ranks hold it.
+job's median by the straggler rule's own thresholds (``Thresholds.straggler_step_ratio`` and ``straggler_wait_gap``,
+which the contrib alerts use too; a config file sets them here as for every monitor), else the worst verdict its
+ranks' own monitors give, with how many ranks hold it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Any
 from trainmon import metrics as M
 from trainmon.cluster.prom import ClusterError, Prometheus, Sample
 from trainmon.diagnose.findings import CODES, SEVERITIES
+from trainmon.diagnose.thresholds import Thresholds
 from trainmon.metrics import GPU, HOST
 
-STEP_RATIO = 1.25  # a rank slower than this × its job's median step time (contrib/prometheus: the same)
-WAIT_POINTS = 0.10  # a rank waiting on data this much more of its step than its job's median
 GPU_UTIL = GPU.fields["util"].prom or ""
 CPU_BUSY = HOST["cpu.busy"].prom or ""
 METRICS = (
@@ -124,6 +124,7 @@ class ClusterState:
     jobs: list[JobView]
     nodes: list[NodeRow]
     alerts: list[dict[str, Any]]
+    th: Thresholds = field(default_factory=Thresholds)  # what judged its stragglers
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -139,7 +140,7 @@ def _mean(values: Iterable[float]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def fetch(prom: Prometheus) -> ClusterState:
+def fetch(prom: Prometheus, th: Thresholds | None = None) -> ClusterState:
     """One instant of the cluster; ClusterError when Prometheus cannot be read or has no trainmon series."""
     samples = prom.query(f"{{__name__=~{_quoted('|'.join(METRICS))}}}")
     if not samples:
@@ -151,14 +152,15 @@ def fetch(prom: Prometheus) -> ClusterState:
         alerts = prom.alerts()
     except ClusterError:
         alerts = []
-    return build(prom.url, samples, alerts)
+    return build(prom.url, samples, alerts, th)
 
 
 def _quoted(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]]) -> ClusterState:
+def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]], th: Thresholds | None = None) -> ClusterState:
+    th = th or Thresholds()
     runs: dict[tuple[str, str], RankRow] = {}
     nodes: dict[str, NodeRow] = {}
     gpu_util: dict[tuple[str, str], float] = {}
@@ -196,9 +198,9 @@ def build(url: str, samples: list[Sample], alerts: list[dict[str, Any]]) -> Clus
         node.gpus = len(mine)
         node.gpu_util = _mean(gpu_util[k] for k in mine)
         node.throttled = sum(1 for k, v in throttled.items() if k[0] == node.instance and v == 1)
-    jobs = _jobs(list(runs.values()), nodes)
+    jobs = _jobs(list(runs.values()), nodes, th)
     shown_nodes = sorted(nodes.values(), key=lambda n: (n.host, n.instance))
-    return ClusterState(url, jobs, shown_nodes, alerts)
+    return ClusterState(url, jobs, shown_nodes, alerts, th)
 
 
 def _severity(labels: dict[str, str]) -> str:
@@ -224,7 +226,7 @@ def _rank_order(r: RankRow) -> tuple[int, str, str]:
     return (int(r.rank) if r.rank.isdigit() else 1 << 30, r.node, r.pid)
 
 
-def _jobs(runs: list[RankRow], nodes: dict[str, NodeRow]) -> list[JobView]:
+def _jobs(runs: list[RankRow], nodes: dict[str, NodeRow], th: Thresholds) -> list[JobView]:
     groups: dict[str, list[RankRow]] = {}
     for r in runs:
         groups.setdefault(r.job_id or r.key, []).append(r)
@@ -234,17 +236,17 @@ def _jobs(runs: list[RankRow], nodes: dict[str, NodeRow]) -> list[JobView]:
         its_nodes = sorted(
             {nodes[r.instance].instance: nodes[r.instance] for r in ranks}.values(), key=lambda n: n.host
         )
-        jobs.append(judge(JobView(ranks[0].job_id, ranks, its_nodes, RowVerdict("insufficient_data", "ok"))))
+        jobs.append(judge(JobView(ranks[0].job_id, ranks, its_nodes, RowVerdict("insufficient_data", "ok")), th))
     return sorted(jobs, key=lambda j: (j.headline.order, j.label))
 
 
-def judge(job: JobView) -> JobView:
+def judge(job: JobView, th: Thresholds | None = None) -> JobView:
     """The job's medians over its connected ranks, its straggler if one diverges, and its headline."""
     live = [r for r in job.ranks if r.connected]
     job.step_median_s = _median(r.step_s for r in live)
     job.wait_median = _median(r.data_wait for r in live)
     if len(live) > 1:
-        job.straggler, job.headline = _straggler(job, live) or (None, job.headline)
+        job.straggler, job.headline = _straggler(job, live, th or Thresholds()) or (None, job.headline)
         if job.straggler is not None:
             return job
     verdicts = [r.verdict for r in live if r.verdict is not None]
@@ -260,12 +262,11 @@ def judge(job: JobView) -> JobView:
     return job
 
 
-def _straggler(job: JobView, live: list[RankRow]) -> tuple[RankRow, RowVerdict] | None:
+def _straggler(job: JobView, live: list[RankRow], th: Thresholds) -> tuple[RankRow, RowVerdict] | None:
     med_step, med_wait = job.step_median_s, job.wait_median
-    slow = [r for r in live if r.step_s is not None and med_step and r.step_s > STEP_RATIO * med_step]
-    waiting = [
-        r for r in live if r.data_wait is not None and med_wait is not None and r.data_wait > med_wait + WAIT_POINTS
-    ]
+    ratio, gap = th.straggler_step_ratio, th.straggler_wait_gap
+    slow = [r for r in live if r.step_s is not None and med_step and r.step_s > ratio * med_step]
+    waiting = [r for r in live if r.data_wait is not None and med_wait is not None and r.data_wait > med_wait + gap]
     if slow and med_step:
         r = max(slow, key=lambda x: x.step_s or 0.0)
         why = f"steps in {(r.step_s or 0) * 1e3:.0f} ms, {(r.step_s or 0) / med_step - 1:.0%} above the job's median"

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from trainmon.cluster.prom import ClusterError, Prometheus
 from trainmon.cluster.rows import COLUMNS, Row, evidence, rows
 from trainmon.cluster.state import ClusterState, fetch
+from trainmon.diagnose.thresholds import Thresholds
 from trainmon.tui.screens import _Modal
 from trainmon.tui.theme import Glyphs, detect, style
 from trainmon.tui.widgets import SEVERITY_BADGE
@@ -111,8 +112,11 @@ class ClusterApp(App[int]):
         Binding("r", "refresh", "Refresh"),
     ]
 
-    def __init__(self, url: str, *, interval: float = 2.0, glyphs: Glyphs | None = None) -> None:
+    def __init__(
+        self, url: str, *, interval: float = 2.0, glyphs: Glyphs | None = None, th: Thresholds | None = None
+    ) -> None:
         super().__init__()
+        self.th = th  # the straggler thresholds the cluster's jobs are judged by (a config file's)
         self.prom = Prometheus(url)
         self.interval = interval
         self.glyphs = glyphs or detect()
@@ -137,7 +141,7 @@ class ClusterApp(App[int]):
 
     def _fetch(self) -> None:
         try:
-            self.post_message(StateReady(fetch(self.prom), None))
+            self.post_message(StateReady(fetch(self.prom, self.th), None))
         except ClusterError as exc:
             self.post_message(StateReady(None, str(exc)))
 
@@ -194,7 +198,7 @@ class ClusterApp(App[int]):
         self.push_screen(ClusterEvidence(evidence(self.state, key)))
 
 
-def run_cluster(url: str, interval: float) -> int:
-    app = ClusterApp(url, interval=interval)
+def run_cluster(url: str, interval: float, th: Thresholds | None = None) -> int:
+    app = ClusterApp(url, interval=interval, th=th)
     app.run()
     return app.return_code or 0

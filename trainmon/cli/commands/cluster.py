@@ -33,7 +33,8 @@ class ClusterCommand(Command):
             raise CliError("cluster needs --prometheus URL (the server that scrapes the trainmon monitors)")
         try:
             prom = Prometheus(args.cluster_url)
-            state = fetch(prom)  # a Prometheus that cannot be read fails here, in one line, before any screen
+            th = args.settings.thresholds  # a config file's, as every monitor judges with
+            state = fetch(prom, th)  # a Prometheus that cannot be read fails here, in one line, before any screen
         except ClusterError as exc:
             raise CliError(str(exc)) from None
         if args.once or not use_tui():
@@ -41,4 +42,4 @@ class ClusterCommand(Command):
             return 0
         from trainmon.tui.cluster import run_cluster
 
-        return run_cluster(prom.url, args.refresh)
+        return run_cluster(prom.url, args.refresh, th)
