@@ -10,7 +10,7 @@ from typing import Any
 
 from trainmon.diagnose import advice, rules
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.findings import IMMEDIATE, Finding, headline, ranked
+from trainmon.diagnose.findings import IMMEDIATE, Finding, code_advice, headline, ranked
 from trainmon.diagnose.live.change import Change, live_window
 from trainmon.diagnose.live.host_window import host_window
 from trainmon.diagnose.live.spans import idle_spans
@@ -27,8 +27,9 @@ NO_AGENT = Finding(
     "insufficient_data",
     "ok",
     "no training process has reported steps yet",
-    ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
+    [],
     {},
+    advice_items=code_advice("attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"),
 )
 
 

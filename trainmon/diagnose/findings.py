@@ -73,11 +73,17 @@ class AdviceItem:
         }
 
 
+def code_advice(*texts: str) -> list[AdviceItem]:
+    """Advice that is a change to the code or the set-up, one item a sentence, with no single knob to set."""
+    return [AdviceItem(text) for text in texts]
+
+
 @dataclass
 class Finding:
     """One cause that holds: its code and severity, a one-line summary with numbers, the evidence it used and the
-    advice. ``advice`` (sentences) and ``advice_items`` (the same advice as data) always agree: a rule gives either
-    (sentences become items of kind "code"); ``set_advice`` replaces both."""
+    advice. A rule gives its advice as ``advice_items`` (data: the knob and value where there is one, ``code_advice``
+    where it is a change to the code or the set-up); ``advice``, the sentences every report and screen prints, is
+    rendered from them and never given on its own. ``set_advice`` replaces both."""
 
     code: str
     severity: str
@@ -91,10 +97,9 @@ class Finding:
             raise ValueError(f"unknown verdict code {self.code!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")
-        if self.advice_items and not self.advice:
-            self.advice = [item.text for item in self.advice_items]
-        elif self.advice and not self.advice_items:
-            self.advice_items = [AdviceItem(text) for text in self.advice]
+        if self.advice and [item.text for item in self.advice_items] != list(self.advice):
+            raise ValueError(f"{self.code}: advice is given as AdviceItems (advice_items); its sentences follow them")
+        self.advice = [item.text for item in self.advice_items]
 
     def set_advice(self, items: list[AdviceItem]) -> None:
         self.advice_items = list(items)

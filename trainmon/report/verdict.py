@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from trainmon.analyses.phases import bin_width, features, segment, steady_span
 from trainmon.analyses.time_budget import wall_span
 from trainmon.diagnose.engine import evaluate
-from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, headline, ranked
+from trainmon.diagnose.findings import IMMEDIATE, SEVERITIES, Finding, code_advice, headline, ranked
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.hang import freeze_finding, frozen_spans
 from trainmon.report.schema import HeldFinding, TimelineEntry
@@ -33,8 +33,9 @@ NO_STEPS = Finding(
     "insufficient_data",
     "ok",
     "no training steps were recorded",
-    ["attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"],
+    [],
     {},
+    advice_items=code_advice("attach the agent: trainmon.agent.attach(), or trainmon run -- python train.py"),
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.numbers import is_nan
@@ -39,8 +39,9 @@ def insufficient(ctx: RuleContext) -> Finding | None:
         "insufficient_data",
         "ok",
         f"{w.steps} steady-state steps so far ({w.warm_steps} warm-up); need {th.min_steps} to judge",
-        ["keep training; trainmon judges once warm-up is over"],
+        [],
         {"run": w.run.label, "steps": w.steps, "warmup_steps": w.warm_steps, "min_steps": th.min_steps},
+        advice_items=code_advice("keep training; trainmon judges once warm-up is over"),
     )
 
 

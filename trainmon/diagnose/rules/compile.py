@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.store.compiles import Compiles, Function
 
@@ -40,7 +40,9 @@ def recompile_stall(ctx: RuleContext) -> Finding | None:
     evidence = _evidence(ctx, seconds, share, spans, fn, fallen)
     evidence["recompilations_in_run"] = len({(f, a) for _, _, f, a in whole})
     evidence["recompile_s_in_run"] = round(sum(e - s for s, e, _, _ in whole), 3)
-    return Finding("stall.recompile", severity, summary, _advice(fn, _guard(fn)), evidence)
+    return Finding(
+        "stall.recompile", severity, summary, [], evidence, advice_items=code_advice(*_advice(fn, _guard(fn)))
+    )
 
 
 def _guard(fn: Function | None) -> str | None:

@@ -13,7 +13,7 @@ import math
 from bisect import bisect_left
 from typing import Any
 
-from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import quantile
@@ -256,7 +256,7 @@ def comm_bound(ctx: RuleContext) -> Finding | None:
         "dist.comm",
         "critical" if share >= th.comm_critical_share else "warning",
         summary,
-        advice,
+        [],
         {
             "comm_share": round(share, 4),
             "comm_ms": round(comm_ms, 3),
@@ -266,4 +266,5 @@ def comm_bound(ctx: RuleContext) -> Finding | None:
             "ranks": _per_rank(ranked, compute_scores(ranked)),
             "threshold": th.comm_share,
         },
+        advice_items=code_advice(*advice),
     )

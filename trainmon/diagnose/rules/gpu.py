@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
@@ -51,10 +51,7 @@ def gpu_throttled(ctx: RuleContext) -> Finding | None:
         "warning",
         f"GPU clocks held down {ev.gpu_throttle_share:.0%} of the time ({', '.join(reasons)})"
         + (f": {', '.join(state)}" if state else ""),
-        [
-            "check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
-            "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum",
-        ],
+        [],
         {
             "run": w.run.label,
             "throttle_share": rounded(ev.gpu_throttle_share, 3),
@@ -64,6 +61,10 @@ def gpu_throttled(ctx: RuleContext) -> Finding | None:
             "sm_clock_max_mhz": rounded(ev.gpu_sm_clock_max_mhz, 0),
             "temp_c": rounded(ev.gpu_temp_c, 0),
         },
+        advice_items=code_advice(
+            "check cooling and airflow (thermal) or the power limit (nvidia-smi -q -d PERFORMANCE,POWER)",
+            "a power-capped GPU runs slower at the same utilisation: compare sm_clock with its maximum",
+        ),
     )
 
 
@@ -100,8 +101,11 @@ def compute_bound(ctx: RuleContext) -> Finding | None:
         "ok.compute_bound",
         "ok",
         f"{_wait_text(w, f)}{workers}; compute is the limit (step p50 {w.step_p50_s * 1e3:.0f} ms{rate}{gpu})",
-        ["nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"],
+        [],
         evidence,
+        advice_items=code_advice(
+            "nothing starves the accelerator: to go faster, speed up the model (AMP, torch.compile, a larger batch)"
+        ),
     )
 
 
@@ -119,12 +123,13 @@ def host_sync(ctx: RuleContext) -> Finding | None:
         "critical" if ev.gpu_util < th.gpu_busy_pct / 2 else "warning",
         f"the GPU is only {ev.gpu_util:.0f}% busy and drains to {ev.gpu_util_min:.0f}% within each second while "
         f"{_wait_text(w, f, 'the loop waits on data')}: the host waits on the GPU every step",
-        [
+        [],
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "gpu_util_min_pct": rounded(ev.gpu_util_min, 1)},
+        advice_items=code_advice(
             "take .item(), .cpu(), .tolist() and print(tensor) out of the step: log every N steps",
             "keep running metrics on the device (sum into a GPU tensor, read it once per log interval)",
             "copy to the host with non_blocking=True into pinned memory; drop explicit torch.cuda.synchronize()",
-        ],
-        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "gpu_util_min_pct": rounded(ev.gpu_util_min, 1)},
+        ),
     )
 
 
@@ -140,12 +145,13 @@ def small_work(ctx: RuleContext) -> Finding | None:
         "warning",
         f"the GPU reports {ev.gpu_util:.0f}% busy but its SMs have work only {ev.gpu_sm_active:.0f}% of the time: "
         "the kernels are too small to fill it",
-        [
+        [],
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "sm_active_pct": rounded(ev.gpu_sm_active, 1)},
+        advice_items=code_advice(
             "raise the batch size (scale the learning rate with it)",
             "cut launch overhead: torch.compile, CUDA Graphs (torch.cuda.graphs / mode='reduce-overhead')",
             "fuse small ops; avoid per-sample Python loops over tensors",
-        ],
-        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "sm_active_pct": rounded(ev.gpu_sm_active, 1)},
+        ),
     )
 
 
@@ -161,10 +167,11 @@ def no_tensor_cores(ctx: RuleContext) -> Finding | None:
         "warning",
         f"SMs active {ev.gpu_sm_active:.0f}% of the time, tensor pipes {ev.gpu_tensor_active:.1f}%: the math runs "
         "without tensor cores",
-        [
-            "train in bf16 with torch.autocast(device_type='cuda', dtype=torch.bfloat16)",
-            "or allow TF32: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True",
-        ],
+        [],
         base_evidence(w)
         | {"sm_active_pct": rounded(ev.gpu_sm_active, 1), "tensor_active_pct": rounded(ev.gpu_tensor_active, 1)},
+        advice_items=code_advice(
+            "train in bf16 with torch.autocast(device_type='cuda', dtype=torch.bfloat16)",
+            "or allow TF32: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True",
+        ),
     )

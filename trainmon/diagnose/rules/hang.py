@@ -20,7 +20,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.stats import mean, quantile
 from trainmon.diagnose.thresholds import Thresholds
@@ -80,7 +80,7 @@ def hang(ctx: RuleContext) -> Finding | None:
     summary = f"no step for {silent:.0f} s (limit {limit:.0f} s: p95 step {p95 * 1e3:.0f} ms) while {run.label} lives"
     if where is not None:
         summary += f"; main thread in {where}"
-    return Finding("stall.hang", "critical", summary, list(ADVICE), ev)
+    return Finding("stall.hang", "critical", summary, [], ev, advice_items=code_advice(*ADVICE))
 
 
 def _evidence(
@@ -202,4 +202,4 @@ def freeze_finding(store: Any, run: Run, freeze: Freeze, wall_s: float, frozen_s
         summary += f"; main thread in {where}"
     if wall_s > 0 and frozen_s >= 0.01 * wall_s:
         summary += f"; frozen {frozen_s / wall_s:.0%} of its {wall_s:.0f} s"
-    return Finding("stall.hang", "critical", summary, list(ADVICE), ev)
+    return Finding("stall.hang", "critical", summary, [], ev, advice_items=code_advice(*ADVICE))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainmon.diagnose.findings import LOWER, AdviceItem, Finding
+from trainmon.diagnose.findings import LOWER, AdviceItem, Finding, code_advice
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import host_to_device
@@ -23,12 +23,13 @@ def host_overhead(ctx: RuleContext) -> Finding | None:
         "critical" if ev.gpu_util < 40 else "warning",
         f"the GPU is only {ev.gpu_util:.0f}% busy while the main thread runs {ev.main.cpu_pct:.0f}% of a core outside "
         f"data waits ({f:.0%} wait): the loop is host-bound (kernel launches, syncs, Python work)",
-        [
+        [],
+        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "main_cpu_pct": rounded(ev.main.cpu_pct, 1)},
+        advice_items=code_advice(
             "capture the step with CUDA Graphs or torch.compile(mode='reduce-overhead')",
             "remove per-step syncs (.item(), .cpu(), print of tensors); use a larger batch",
             "press d on the main process to see where its time goes",
-        ],
-        base_evidence(w) | {"gpu_util_pct": rounded(ev.gpu_util, 1), "main_cpu_pct": rounded(ev.main.cpu_pct, 1)},
+        ),
     )
 
 

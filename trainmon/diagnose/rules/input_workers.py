@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from trainmon.diagnose.evidence import Evidence
-from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.host_window import HostWindow
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.input_advice import FEWER_TENSORS, LATENCY_ADVICE, STAY_AHEAD
@@ -78,12 +78,13 @@ def _workers_cpu(
         f"{pct}; {n} workers at {cpu:.0f}% of a core{starved} and {why}: preprocessing is CPU-bound"
         if not is_nan(cpu)
         else f"{pct} and {why}: preprocessing is CPU-bound",
-        [
+        [],
+        evidence,
+        advice_items=code_advice(
             "make each sample cheaper: crop/resize before converting, vectorise or batch the transforms",
             "cache decoded/augmented samples, or decode and augment on the GPU (DALI, nvJPEG, torchvision v2)",
             f"more workers will not help: the cores are already full (at most {evidence['num_workers_bound_why']})",
-        ],
-        evidence,
+        ),
     )
 
 

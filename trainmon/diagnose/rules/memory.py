@@ -16,7 +16,7 @@ import itertools
 import math
 from typing import Any
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.store.memory import MB, CudaMemory
 
@@ -79,7 +79,12 @@ def memory_creep(ctx: RuleContext) -> Finding | None:
     if not math.isnan(full_min):
         summary += f": the device's {memory.total / MB / 1024:.0f} GiB would be full in about {full_min:.0f} min"
     return Finding(
-        "memory.creep", severity, summary, _ADVICE, _evidence(run.label, memory, peaks, rate, per_k_steps, full_min)
+        "memory.creep",
+        severity,
+        summary,
+        [],
+        _evidence(run.label, memory, peaks, rate, per_k_steps, full_min),
+        advice_items=code_advice(*_ADVICE),
     )
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from trainmon.diagnose.evidence import gather
-from trainmon.diagnose.findings import AdviceItem, Finding
+from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import input_bound
@@ -67,16 +67,18 @@ def sampled_verdict(ctx: RuleContext) -> Finding:
             "insufficient_data",
             "ok",
             f"sampled {who}: {n} samples of its main thread so far; need {th.sampled_min_samples} to judge",
-            [attach_advice(run)],
+            [],
             evidence,
+            advice_items=code_advice(attach_advice(run)),
         )
     if share <= th.wait_warning and (is_nan(main_cpu) or main_cpu < th.sampled_idle_cpu_pct):
         return Finding(
             "insufficient_data",
             "ok",
             f"sampled {who}: idle (main process {main_cpu:.0f}% of a core, {share:.0%} of samples in data waits)",
-            [attach_advice(run)],
+            [],
             evidence,
+            advice_items=code_advice(attach_advice(run)),
         )
     w = RunWindow(run, t0, t1, step_time_s=1.0, wait_s=share, loader_id=SAMPLED_LOADER)
     ev = gather(store, run, t0, t1, th.throttle_power_cap_clock, SAMPLED_LOADER)
@@ -87,8 +89,9 @@ def sampled_verdict(ctx: RuleContext) -> Finding:
             "ok.compute_bound",
             "ok",
             f"{tag}: {share:.0%} of the main thread's samples wait on data; no input starvation seen",
-            [attach_advice(run)],
+            [],
             evidence,
+            advice_items=code_advice(attach_advice(run)),
         )
     for key in ("step_time_ms_p50", "step_time_ms_p95"):
         found.evidence.pop(key, None)  # a sampled run has no steps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from trainmon.diagnose.findings import Finding
+from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
@@ -34,11 +34,12 @@ def checkpoint_stall(ctx: RuleContext) -> Finding | None:
         "stall.checkpoint",
         "critical" if share >= th.checkpoint_critical_share else "warning",
         f"checkpoint saves took {share:.0%} of the last {w.span_s:.0f} s ({w.checkpoints} saves, {per:.2f} s each)",
-        [
+        [],
+        ev,
+        advice_items=code_advice(
             "save less often, or asynchronously (torch.distributed.checkpoint.async_save, a background thread)",
             "write checkpoints to fast local storage and copy them off in the background",
-        ],
-        ev,
+        ),
     )
 
 
@@ -116,7 +117,7 @@ def periodic_stall(ctx: RuleContext) -> Finding | None:
             "gc.collect() yourself at epoch boundaries",
         ]
     severity = "critical" if share >= th.periodic_critical_share else "warning"
-    return Finding("stall.periodic", severity, summary, advice, ev)
+    return Finding("stall.periodic", severity, summary, [], ev, advice_items=code_advice(*advice))
 
 
 def gc_explained(w: RunWindow, long_steps: list[tuple[float, float]], th: Thresholds) -> tuple[list[int], float]:
