@@ -33,7 +33,8 @@ CAPTION = "GPU figures from the fake NVML of the tests (no GPU on the machine th
 def training(addr: str, seconds: float) -> subprocess.Popen[bytes]:
     """The demo's main-process loader training (its verdict: input.main_process), reporting to ``addr``."""
     env = dict(os.environ, TRAINMON_ADDR=addr, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "trainmon.demo.train", "--workers", "0", "--cpu-ms", "2", "--steps", "100000000", "--seconds", str(seconds)]
+    cmd = [sys.executable, "-m", "trainmon.demo.train", "--workers", "0", "--cpu-ms", "2"]
+    cmd += ["--steps", "100000000", "--seconds", str(seconds)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
