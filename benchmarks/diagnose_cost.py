@@ -42,7 +42,7 @@ from benchmarks._common import Row, add_json_arg, emit_rows, median, quantile
 from trainmon import protocol as P
 from trainmon.diagnose.engine import evaluate
 from trainmon.diagnose.live.change import Change
-from trainmon.diagnose.live.window import WindowMemo
+from trainmon.diagnose.live.memo import WindowMemo
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.store.store import Store
 

@@ -20,7 +20,8 @@ from trainmon.diagnose.engine import VerdictTracker, evaluate
 from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.findings import Finding
 from trainmon.diagnose.live.change import Change
-from trainmon.diagnose.live.window import WindowMemo, run_window
+from trainmon.diagnose.live.memo import WindowMemo
+from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.rules import Thresholds
 from trainmon.diagnose.rules.sampled import sampled_share
 from trainmon.diagnose.step_parts import window_parts

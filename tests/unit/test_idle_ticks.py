@@ -8,7 +8,7 @@ from array import array
 from testsupport.stores import MS, hung_store, uniform_store
 from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, engine, evaluate
-from trainmon.diagnose.live.window import WindowMemo
+from trainmon.diagnose.live.memo import WindowMemo
 
 
 def _counting_gather(monkeypatch) -> list[int]:

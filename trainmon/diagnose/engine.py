@@ -13,8 +13,9 @@ from trainmon.diagnose.evidence import gather
 from trainmon.diagnose.findings import IMMEDIATE, Finding, code_advice, headline, ranked
 from trainmon.diagnose.live.change import Change, live_window
 from trainmon.diagnose.live.host_window import host_window
+from trainmon.diagnose.live.memo import WindowMemo
 from trainmon.diagnose.live.spans import idle_spans
-from trainmon.diagnose.live.window import RunWindow, WindowMemo, busiest_loader, run_window, window_key
+from trainmon.diagnose.live.window import RunWindow, busiest_loader, run_window, window_key
 from trainmon.diagnose.rules import Rule, RuleContext
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from trainmon.diagnose.live.window import RunWindow, WindowMemo, run_window
+from trainmon.diagnose.live.memo import WindowMemo
+from trainmon.diagnose.live.window import RunWindow, run_window
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan
 from trainmon.store.run import Run
