@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from testsupport.paths import ROOT
-from trainmon.demo.scenarios import free_port  # the one free-port finder: the demo needs it too
+from trainmon.demo.scenario_command import free_port  # the one free-port finder: the demo needs it too
 
 __all__ = [
     "PY",
