@@ -48,3 +48,22 @@ def test_a_figure_more_than_a_fifth_worse_than_committed_is_regressed() -> None:
     assert [r.basis for r in regressions(old, worse_peer)] == ["nvitop"]  # same figure, twice the peer's ratio
     assert not regressions(old, [Row("ingest", "", "700,000/s", source="a")], tolerance=0.5)
     assert peer("bare wrapper 0.10 µs") is None  # a floor, not another tool
+
+
+def test_the_readmes_cost_per_step_holds_the_agents_committed_figures() -> None:
+    """The README says what attach() costs a step ("costs 0.6–3.2 µs a step"): every per-step figure of the agent
+    that `make bench` committed (the three monitor states, the loops with and without a DataLoader, the model in
+    bursts) lies in that range, to the tenth of a microsecond the README's figures carry."""
+    import re
+
+    from benchmarks._regress import figure
+
+    claim = re.search(r"costs (\d+(?:\.\d+)?)–(\d+(?:\.\d+)?) µs a step", (ROOT / "README.md").read_text())
+    assert claim, "the README no longer says what the agent costs a step"
+    low, high = float(claim.group(1)), float(claim.group(2))
+    _, rows = read_results()
+    agent = [r for r in rows if r.figure.startswith("per step, ") and "CUDA" not in r.figure]
+    measured = {r.figure: figure(r.measured) for r in agent}
+    assert len(measured) >= 5 and all(v is not None and v[1] == "µs" for v in measured.values()), measured
+    values = [v[0] for v in measured.values() if v is not None]
+    assert low - 0.05 <= min(values) and max(values) <= high + 0.05, (f"README: {low}–{high} µs a step", measured)
