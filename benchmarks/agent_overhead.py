@@ -228,8 +228,8 @@ def step_row(name: str, r: dict, note: str = "") -> Row:
     )
     if "sender_toggled_ns" in r:
         detail += (
-            f" (sender thread steady, hooks on against off over {8:.0f} s; in the paired blocks, the hooks switched on "
-            f"and off each block: {r['sender_toggled_ns'] / 1e3:.3f} µs)"
+            f" (sender thread steady, hooks on against off over {r['sender_steady_s']:.0f} s; in the paired blocks, "
+            f"the hooks switched on and off each block: {r['sender_toggled_ns'] / 1e3:.3f} µs)"
         )
     if "start_up" in r:  # paid once per process, before the blocks (``warm_up``)
         ms, steps, scan_ms = r["start_up"]
@@ -279,12 +279,12 @@ def sender_on_off(
     sender_tid: int | None,
     stretches: int = 4,
     stretch_s: float = 2.0,
-) -> float:
-    """The sender thread's CPU per step as a run pays it: the loop runs in stretches of ``stretch_s`` seconds, the
-    hooks on and off in turn, and the figure is the sender's CPU per step with them on less its CPU per step of
-    the same loop with them off (its idle ticks). In the paired blocks the hooks go on and off hundreds of times a
-    second, and each switch costs the sender work a run never makes it do (kept in the note as the conservative
-    figure)."""
+) -> tuple[float, float]:
+    """The sender thread's CPU per step as a run pays it, and the seconds it was measured over: the loop runs in
+    stretches of ``stretch_s`` seconds, the hooks on and off in turn, and the figure is the sender's CPU per step
+    with them on less its CPU per step of the same loop with them off (its idle ticks). In the paired blocks the
+    hooks go on and off hundreds of times a second, and each switch costs the sender work a run never makes it do
+    (kept in the note as the conservative figure)."""
     spent = {True: [0, 0], False: [0, 0]}  # sender ns, steps
     for k in range(stretches):
         hooked = k % 2 == 0
@@ -298,7 +298,8 @@ def sender_on_off(
         spent[hooked][0] += thread_cpu_ns(sender_tid) - c0
         spent[hooked][1] += n
     off()
-    return spent[True][0] / max(1, spent[True][1]) - spent[False][0] / max(1, spent[False][1])
+    per_step = spent[True][0] / max(1, spent[True][1]) - spent[False][0] / max(1, spent[False][1])
+    return per_step, stretches * stretch_s
 
 
 def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = False, settle: int = 50) -> dict:
@@ -318,7 +319,7 @@ def with_agent(address: str, loop: Loop, pairs: int, steps: int, cuda: bool = Fa
         block = loop.cuda_block if cuda else loop.block
         r = paired(block, on, off, pairs, steps, tid, settle)
         r["sender_toggled_ns"] = r["sender_ns"]
-        r["sender_ns"] = sender_on_off(block, on, off, tid)
+        r["sender_ns"], r["sender_steady_s"] = sender_on_off(block, on, off, tid)
         r["cpu_ns"] = r["thread_cpu_ns"] + r["sender_ns"]
         r["ci"] = (r["thread_ci"][0] + r["sender_ns"], r["thread_ci"][1] + r["sender_ns"])
         time.sleep(1.5)  # the meter's last interval reported

@@ -71,11 +71,7 @@ def run_screen(seconds: float, cols: int, rows: int) -> float:
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), inner], check=True)
     try:
         wait_for_path(addr, 20.0)
-        pid = int(
-            subprocess.run(
-                ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], check=True, capture_output=True, text=True
-            ).stdout.split()[0]
-        )
+        pid = tmux_pane_pid(session)
         train = start_training(addr, seconds + WARMUP_S + 5)
         try:
             share = measure(pid, seconds)

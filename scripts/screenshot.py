@@ -54,9 +54,10 @@ async def shoot(out: Path, seconds: float) -> str:
                 deadline = time.monotonic() + seconds
                 while time.monotonic() < deadline:
                     await pilot.pause(0.25)
+                svg = app.export_screenshot()
                 out.parent.mkdir(parents=True, exist_ok=True)
-                app.save_screenshot(filename=out.name, path=str(out.parent))
-                return app.export_screenshot()
+                out.write_text(svg)
+                return svg
         finally:
             proc.terminate()
             proc.wait()

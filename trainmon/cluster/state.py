@@ -240,13 +240,13 @@ def _jobs(runs: list[RankRow], nodes: dict[str, NodeRow], th: Thresholds) -> lis
     return sorted(jobs, key=lambda j: (j.headline.order, j.label))
 
 
-def judge(job: JobView, th: Thresholds | None = None) -> JobView:
+def judge(job: JobView, th: Thresholds) -> JobView:
     """The job's medians over its connected ranks, its straggler if one diverges, and its headline."""
     live = [r for r in job.ranks if r.connected]
     job.step_median_s = _median(r.step_s for r in live)
     job.wait_median = _median(r.data_wait for r in live)
     if len(live) > 1:
-        job.straggler, job.headline = _straggler(job, live, th or Thresholds()) or (None, job.headline)
+        job.straggler, job.headline = _straggler(job, live, th) or (None, job.headline)
         if job.straggler is not None:
             return job
     verdicts = [r.verdict for r in live if r.verdict is not None]

@@ -119,7 +119,7 @@ class ProtocolError(Exception):
 
 
 def frame(kind: int, payload: bytes) -> bytes:
-    return FRAME_HEADER.pack(kind, len(payload)) + payload
+    return frame_header(kind, len(payload)) + payload
 
 
 def frame_header(kind: int, length: int) -> bytes:
