@@ -7,7 +7,7 @@ reference, docs/verdicts.md (written from it by scripts/reference.py; a test fai
 it. The order of ``VERDICTS`` is the priority among findings of
 the same severity (the first wins). Codes are a public contract: add, never rename.
 
-Adding a verdict: a declaration here, a rule module in ``diagnose/rules/`` registered in its ``RULES``, a scenario
+Adding a verdict: a declaration here, its rule in ``diagnose/rules/`` declared with ``@rule(stage, code)``, a scenario
 (docs/architecture.md, "Where a change goes"); ``python scripts/reference.py`` writes its reference entry.
 """
 

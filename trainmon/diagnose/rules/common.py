@@ -7,6 +7,7 @@ from typing import Any
 from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.numbers import is_nan
 
 
@@ -31,6 +32,7 @@ def base_evidence(w: RunWindow) -> dict[str, Any]:
     return evidence
 
 
+@rule(Stage.WARMUP_GATE, "insufficient_data")
 def insufficient(ctx: RuleContext) -> Finding | None:
     w, th = ctx.w, ctx.th
     if w.steps >= th.min_steps:

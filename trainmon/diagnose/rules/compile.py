@@ -13,11 +13,13 @@ from typing import Any
 
 from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.store.compiles import Compiles, Function
 
 SIZE_GUARD = "size mismatch"  # a tensor's dimension: the recompilation a varying sequence length makes
 
 
+@rule(Stage.BEFORE_WARMUP, "stall.recompile")
 def recompile_stall(ctx: RuleContext) -> Finding | None:
     run, th = ctx.r, ctx.th
     compiles = run.compiles

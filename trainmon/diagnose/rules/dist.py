@@ -16,6 +16,7 @@ from typing import Any
 from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan
 
@@ -100,6 +101,7 @@ def _per_rank(windows: list[RunWindow], scores: dict[int, tuple[float, float]]) 
 INPUT_SUB_CAUSES = ("input.main_process", "input.io", "input.workers_cpu", "input.too_few_workers")
 
 
+@rule(Stage.PER_JOB, "dist.straggler")
 def straggler(ctx: RuleContext) -> Finding | None:
     """Ranks of one job: the rank whose data wait is out of line (a data straggler), else the rank whose own
     work per step scores under ``straggler_score`` (a compute straggler), else, for ranks that do not
@@ -196,6 +198,7 @@ def _straggler_advice(who: str, kind: str, sub: Finding | None) -> list[AdviceIt
     return advice
 
 
+@rule(Stage.PER_JOB, "dist.comm")
 def comm_bound(ctx: RuleContext) -> Finding | None:
     """Ranks of one job whose steps are blocked in collectives for a material share, no straggler explaining it.
 

@@ -8,6 +8,7 @@ from typing import Any
 from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.numbers import is_nan, rounded
 
 # Start methods whose workers begin as a fresh interpreter: each one imports torch and the dataset's modules
@@ -15,6 +16,7 @@ from trainmon.numbers import is_nan, rounded
 FRESH_INTERPRETER = ("spawn", "forkserver")
 
 
+@rule(Stage.BEFORE_WARMUP, "input.epoch_restart")
 def epoch_restart(ctx: RuleContext) -> Finding | None:
     """Worker restarts' cost (start-up and first batches beyond a normal wait, see ``store.restarts``) as a share
     of wall time: over the live window (a report's phase: [since, t]) when it holds two restarts or more, else

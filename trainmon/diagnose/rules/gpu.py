@@ -10,11 +10,13 @@ from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input_workers import workers_ahead
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.metrics import limiting_reasons
 from trainmon.numbers import is_nan, rounded
 
 
+@rule(Stage.PER_RUN, "memory.gpu_pressure")
 def gpu_memory(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_mem_pct) or ev.gpu_mem_pct < th.gpu_mem_pct:
@@ -36,6 +38,7 @@ def gpu_memory(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_RUN, "gpu.throttled")
 def gpu_throttled(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     if is_nan(ev.gpu_throttle_share) or ev.gpu_throttle_share < th.throttle_share:
@@ -82,6 +85,7 @@ def _wait_text(w: RunWindow, f: float, lead: str = "data wait is") -> str:
     return f"{lead} {f:.1%} of the step" if w.run.wait_measured else "no loader measured the data wait"
 
 
+@rule(Stage.PER_RUN, "ok.compute_bound")
 def compute_bound(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.starving_fraction
@@ -109,6 +113,7 @@ def compute_bound(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_RUN, "host.sync")
 def host_sync(ctx: RuleContext) -> Finding | None:
     """The GPU is mostly idle, the loop does not wait on data, and the GPU drains to zero within every tick:
     the host waits on the device each step (.item(), .cpu(), printing tensors, synchronize)."""
@@ -133,6 +138,7 @@ def host_sync(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_RUN, "gpu.small_work")
 def small_work(ctx: RuleContext) -> Finding | None:
     """NVML counts a GPU busy while any kernel runs; GPM's SM activity says how much of the GPU the kernels use."""
     w, ev, th = ctx.w, ctx.ev, ctx.th
@@ -155,6 +161,7 @@ def small_work(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_RUN, "gpu.no_tensor_cores")
 def no_tensor_cores(ctx: RuleContext) -> Finding | None:
     """GPM exists on Hopper and newer, which all have tensor cores: SMs busy with the tensor pipes idle is fp32."""
     w, ev, th = ctx.w, ctx.ev, ctx.th

@@ -22,6 +22,7 @@ from typing import Any
 
 from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.diagnose.stats import mean, quantile
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.metrics import PROC
@@ -64,6 +65,7 @@ def hang_limit(th: Thresholds, p95: float) -> float:
     return max(th.hang_min_s, th.hang_step_factor * p95)
 
 
+@rule(Stage.ENDING, "stall.hang")
 def hang(ctx: RuleContext) -> Finding | None:
     store, run, t, th = ctx.store, ctx.r, ctx.t, ctx.th
     if not alive(run, t) or not run.steps.total:

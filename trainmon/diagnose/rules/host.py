@@ -6,9 +6,11 @@ from trainmon.diagnose.findings import LOWER, AdviceItem, Finding, code_advice
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import host_to_device
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.numbers import is_nan, rounded
 
 
+@rule(Stage.PER_RUN, "host.overhead")
 def host_overhead(ctx: RuleContext) -> Finding | None:
     w, ev, th = ctx.w, ctx.ev, ctx.th
     f = w.wait_fraction
@@ -33,6 +35,7 @@ def host_overhead(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_HOST, "memory.host_pressure")
 def host_memory(ctx: RuleContext) -> Finding | None:
     host, th = ctx.h, ctx.th
     mem, swap = host.mem_used_pct_max, host.swap_growth_mb

@@ -15,10 +15,12 @@ from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.gpu import gpu_is_the_limit
 from trainmon.diagnose.rules.input_advice import DISK_ADVICE, NET_ADVICE, RCHAR_ADVICE
 from trainmon.diagnose.rules.input_workers import advise_workers, cpu_finding, worker_cap, workers_ahead
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan, rounded
 
 
+@rule(Stage.PER_RUN, "input.main_process", "input.io", "input.workers_cpu", "input.too_few_workers", "host.overhead")
 def input_bound(ctx: RuleContext) -> Finding | None:
     w, host, ev, th = ctx.w, ctx.h, ctx.ev, ctx.th
     f = w.wait_fraction
@@ -223,6 +225,7 @@ def _disk_bound(host: HostWindow, ev: Evidence, th: Thresholds, main_d: float, i
 # ---------------------------------------------------------------- stalls
 
 
+@rule(Stage.PER_RUN, "input.host_to_device")
 def host_to_device(ctx: RuleContext) -> Finding | None:
     """Pageable copies: the GPU idles while large host→device transfers run from unpinned memory."""
     w, ev, th = ctx.w, ctx.ev, ctx.th

@@ -17,6 +17,7 @@ from trainmon.diagnose.findings import AdviceItem, Finding
 from trainmon.diagnose.rules.batch_source import TIME_WEIGHTED, attribution, outside_samples, samples_source
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.numbers import is_nan, rounded
 from trainmon.store.run import Run
 
@@ -53,6 +54,7 @@ def own_code_functions(run: Run, limit: int = 5) -> tuple[list[dict[str, Any]], 
     return out, round(own_total), source
 
 
+@rule(Stage.PER_RUN, "host.loop_code")
 def loop_code(ctx: RuleContext) -> Finding | None:
     w, th = ctx.w, ctx.th
     if is_nan(w.step_p50_s):

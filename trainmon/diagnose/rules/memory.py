@@ -18,6 +18,7 @@ from typing import Any
 
 from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.store.memory import MB, CudaMemory
 
 CREEP_SEGMENTS = 8
@@ -45,6 +46,7 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((t - mt) * (y - my) for t, y in points) / var if var > 0 else 0.0
 
 
+@rule(Stage.PER_RUN, "memory.creep")
 def memory_creep(ctx: RuleContext) -> Finding | None:
     run, th = ctx.r, ctx.th
     memory = run.cuda_memory

@@ -15,6 +15,7 @@ from trainmon.diagnose.findings import AdviceItem, Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.input import input_bound
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.metrics import PROC, PYSPY
 from trainmon.numbers import is_nan, known, rounded
 from trainmon.store.run import Run
@@ -42,6 +43,15 @@ def attach_advice(run: Run) -> str:
     )
 
 
+@rule(
+    Stage.SAMPLED,
+    "input.main_process",
+    "input.io",
+    "input.workers_cpu",
+    "input.too_few_workers",
+    "ok.compute_bound",
+    "insufficient_data",
+)
 def sampled_verdict(ctx: RuleContext) -> Finding:
     """The verdict of a training measured by sampling, over the span of its host window (``ctx.host``: from
     ``ctx.since`` to ``ctx.t``)."""

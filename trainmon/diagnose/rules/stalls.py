@@ -9,12 +9,14 @@ from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.live.window import RunWindow
 from trainmon.diagnose.rules.common import base_evidence
 from trainmon.diagnose.rules.context import RuleContext
+from trainmon.diagnose.rules.stage import Stage, rule
 from trainmon.diagnose.stats import quantile
 from trainmon.diagnose.thresholds import Thresholds
 from trainmon.numbers import is_nan, rounded
 from trainmon.store.gcspans import GENERATIONS
 
 
+@rule(Stage.BEFORE_WARMUP, "stall.checkpoint")
 def checkpoint_stall(ctx: RuleContext) -> Finding | None:
     if not ctx.stalls:
         return None  # a window cut at a recent change: too short to hold a recurring pattern
@@ -43,6 +45,7 @@ def checkpoint_stall(ctx: RuleContext) -> Finding | None:
     )
 
 
+@rule(Stage.PER_RUN, "stall.periodic")
 def periodic_stall(ctx: RuleContext) -> Finding | None:
     if not ctx.stalls:
         return None  # a window cut at a recent change: too short to hold a recurring pattern
