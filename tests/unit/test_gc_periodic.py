@@ -113,14 +113,14 @@ def _loop_with_collections(fast: bool) -> tuple[Store, int]:
     path). Returns the store and how many records the fast path folded."""
     store = uniform_store(wait_ms=1, steps=0)
     run = store.runs[1]
-    fold, folded = run._fold_regular, [0]
+    fold, folded = run.stretches.fold_regular, [0]
 
     def spy(*args):
         n = fold(*args)
         folded[0] += n
         return n
 
-    run._fold_regular = spy
+    run.stretches.fold_regular = spy  # type: ignore[method-assign]
     recs: list[int] = []
     t = 1.0
     for i in range(40):

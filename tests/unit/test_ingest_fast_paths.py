@@ -1,4 +1,4 @@
-"""Regular stretches between irregular records are folded in columns (_fold_prefix), and give bit for bit what
+"""Regular stretches between irregular records are folded in columns (Stretches.fold_prefix), and give bit for bit what
 ingesting them record by record gives (steps, loader totals, state), also with garbage collections and a bounded
 step table."""
 
@@ -12,6 +12,7 @@ import pytest
 
 from trainmon import protocol as P
 from trainmon.store.run import Run
+from trainmon.store.stretches import Stretches
 
 
 def _trace(seed: int, steps: int, mode: str, extras: float, gc: float) -> list[list[int]]:
@@ -76,14 +77,14 @@ def _state(run: Run) -> Any:
 
 
 def _spy(monkeypatch, name: str, folded: list[int]) -> None:
-    original = getattr(Run, name)
+    original = getattr(Stretches, name)
 
-    def spy(self: Run, *args: Any) -> int:
+    def spy(self: Stretches, *args: Any) -> int:
         n = original(self, *args)
         folded.append(n)
         return n
 
-    monkeypatch.setattr(Run, name, spy)
+    monkeypatch.setattr(Stretches, name, spy)
 
 
 @pytest.mark.parametrize("mode", ["explicit", "opt", "next"])
@@ -91,12 +92,12 @@ def _spy(monkeypatch, name: str, folded: list[int]) -> None:
 def test_stretches_fold_and_equal_record_by_record(monkeypatch, mode, gc, cap):
     recs = _trace(7, 3000, mode, extras=0.01, gc=gc)
     folded: list[int] = []
-    _spy(monkeypatch, "_fold_prefix", folded)
-    _spy(monkeypatch, "_fold_next", folded)
+    _spy(monkeypatch, "fold_prefix", folded)
+    _spy(monkeypatch, "fold_next", folded)
     fast = _ingest(recs, 250, cap)
     # As before stretches (and loader-driven steps) were folded: whole regular batches only.
-    monkeypatch.setattr(Run, "_fold_prefix", lambda self, *args: 0)
-    monkeypatch.setattr(Run, "_fold_next", lambda self, *args: 0)
+    monkeypatch.setattr(Stretches, "fold_prefix", lambda self, *args: 0)
+    monkeypatch.setattr(Stretches, "fold_next", lambda self, *args: 0)
     slow = _ingest(recs, 250, cap)
     assert _state(fast) == _state(slow)
     assert fast.mode == mode and fast.steps.total > 2900
@@ -112,7 +113,7 @@ def test_a_collection_partly_inside_a_wait(monkeypatch):
     w = recs[205]
     recs.insert(205, [P.K_GC, w[1] + 10, w[2] + 1_000, 0])  # overlaps the wait's end: partly inside it
     fast = _ingest(recs, len(recs), None)
-    monkeypatch.setattr(Run, "_fold_prefix", lambda self, *args: 0)
+    monkeypatch.setattr(Stretches, "fold_prefix", lambda self, *args: 0)
     slow = _ingest(recs, len(recs), None)
     assert _state(fast) == _state(slow)
     assert fast.loaders[1].wait_s < sum((r[2] - r[1]) * 1e-9 for r in recs if r[0] == 1 << 8 | P.K_WAIT)

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainmon import protocol as P
-from trainmon.store import run as run_mod
+from trainmon.store import stretches as stretches_mod
 from trainmon.store.run import Run
+from trainmon.store.stretches import Stretches
 
 LOADERS = {1: {"batch_size": 32}, 2: {"batch_size": 8}}
 
@@ -70,7 +71,7 @@ def _batches(recs, cuts):
 
 
 def _ingest(monkeypatch, recs, cuts, fold: bool) -> Run:
-    monkeypatch.setattr(run_mod, "FAST_MIN_STEPS", 2 if fold else 10**9)
+    monkeypatch.setattr(stretches_mod, "FAST_MIN_STEPS", 2 if fold else 10**9)
     run = _new_run()
     for batch in _batches(recs, cuts):
         run.apply_events(batch)
@@ -102,14 +103,14 @@ def test_column_fold_matches_record_by_record(monkeypatch, trace):
 def test_a_regular_batch_is_folded_in_columns(monkeypatch):
     """The fold is taken on the steady pattern (not only equivalent when it happens to run)."""
     calls = []
-    original = Run._fold_regular
+    original = Stretches.fold_regular
 
     def spy(self, *args):
         folded = original(self, *args)
         calls.append(folded)
         return folded
 
-    monkeypatch.setattr(Run, "_fold_regular", spy)
+    monkeypatch.setattr(Stretches, "fold_regular", spy)
     run = _new_run()
     t = 10**9
     for _ in range(3):

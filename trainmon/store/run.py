@@ -1,6 +1,6 @@
 """One training process as the monitor sees it: its identity, its loaders, what its info messages tell, and each
 batch of records it sends, handed on to its step state machine (``trainmon.store.derive``: steps from records, one
-at a time) with the batch's regular stretches folded in whole columns (``trainmon.store.folds``).
+at a time), its regular stretches folded in whole columns where ``trainmon.store.stretches`` schedules it.
 
 The step table itself is in ``trainmon.store.steps``.
 """
@@ -12,19 +12,19 @@ from bisect import bisect_right
 from typing import Any
 
 from trainmon.labels import main_role, run_label
-from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, K_OPT, K_STEP, K_WAIT, job_identity
+from trainmon.protocol import K_COMM, K_COMPILE, K_COST, K_EXPOSED, K_GC, K_MEMORY, job_identity
 from trainmon.protocol.clean import clean_outside
 from trainmon.store import watched
 from trainmon.store.agent_cost import AgentCost
 from trainmon.store.compiles import Compiles
 from trainmon.store.derive import WARMUP_STEPS, StepDeriver
-from trainmon.store.folds import fold_next, fold_prefix, fold_regular
 from trainmon.store.gcspans import GcSpans
 from trainmon.store.loaders import MAX_LOADERS, LoaderInfo, bounded, loader_of
 from trainmon.store.memory import CudaMemory
 from trainmon.store.restarts import Restarts
 from trainmon.store.stacks import clean_stacks
 from trainmon.store.steps import Steps
+from trainmon.store.stretches import Stretches
 from trainmon.store.watched import kinds_of as _kinds
 from trainmon.store.watched import split_kind as _split_kind
 
@@ -32,7 +32,6 @@ NS = 1e-9
 MAX_NAMES = 4096
 BEAT_S = 0.5  # agent activity is kept at this resolution (see Run.last_activity)
 MAX_STACK_DUMPS = 32  # per run: the oldest automatic stack dumps are dropped beyond this
-FAST_MIN_STEPS = 8  # a batch with fewer regular steps than this goes record by record
 
 __all__ = ["MAX_LOADERS", "WARMUP_STEPS", "LoaderInfo", "Run"]  # the first three are kept here for older imports
 
@@ -81,6 +80,7 @@ class Run:
         self.agent_cost = AgentCost(cap)  # what the agent itself costs the training
         self._events_cap = cap
         self.deriver = StepDeriver(self)  # the step state machine (mode, train loader, the step being built)
+        self.stretches = Stretches(self.deriver)  # where a batch is folded in columns, where record by record
 
     # ------------------------------------------------------------ identity
 
@@ -310,10 +310,8 @@ class Run:
     def apply_events(self, records: array[int]) -> None:
         """Fold a batch of flat int64 records into the step table (see trainmon.protocol).
 
-        Record by record, except for the stretches of a batch where steps repeat one pattern (a train batch then
-        the step's boundary; with loader-driven steps, train batches in a row), which are folded in whole columns:
-        a wholly regular batch by _fold_regular, regular stretches between irregular records by _fold_prefix and
-        _fold_next, which fold only where that is bit-identical to going record by record."""
+        The step records go to the deriver through its schedule of folds (``trainmon.store.stretches``): record by
+        record, except for the stretches where steps repeat one pattern, folded in whole columns."""
         d = self.deriver
         self.records += len(records) // 4
         exposed = comm = None
@@ -330,103 +328,19 @@ class Run:
             if gc is not None:
                 self.gc.add_records(gc)  # first: the waits that follow do not count the collections inside them
             kinds = _kinds(records)
-        n = len(records) // 4
-        tags = records[0::4]
-        t0s = records[1::4]
-        t1s = records[2::4]
-        vals = records[3::4]
-        lo = 0
-        if n >= 2 * FAST_MIN_STEPS and d.mode != "next":
-            # Record by record up to the first step boundary, so the regular stretch starts just after one.
-            first = next((i for i in range(min(n, 8)) if tags[i] & 0xFF in (K_STEP, K_OPT)), None)
-            if first is not None:
-                d.apply_each(tags, t0s, t1s, vals, 0, first + 1)
-                folded = self._fold_regular(records, tags, first)
-                lo = first + 1 + folded
-                if not folded:
-                    lo = self._fold_stretches(records, tags, t0s, t1s, vals, kinds, lo)
-        elif n >= 2 * FAST_MIN_STEPS:
-            lo = self._fold_next_stretches(records, tags, t0s, t1s, vals)
-        d.apply_each(tags, t0s, t1s, vals, lo, n)
+        self.stretches.apply(records, kinds)
         for lst in (self.checkpoints, self.marks, self.phases, self.iter_starts):
             if self._events_cap is not None and len(lst) > self._events_cap:
                 del lst[: len(lst) - self._events_cap]
+        n = len(records) // 4
         if n:
-            self.last_seen = max(self.last_seen, t1s[n - 1] * NS)
-            self._beat(t1s[n - 1] * NS)
+            last_t1 = records[4 * n - 2] * NS
+            self.last_seen = max(self.last_seen, last_t1)
+            self._beat(last_t1)
         if exposed is not None:
             d.apply_exposed(exposed)
         if comm is not None:
             d.apply_comm(comm)
-
-    def _fold_stretches(
-        self,
-        records: array[int],
-        tags: array[int],
-        t0s: array[int],
-        t1s: array[int],
-        vals: array[int],
-        kinds: bytes,
-        lo: int,
-    ) -> int:
-        """From record ``lo`` (just after a step boundary) on: regular stretches in columns (_fold_prefix), the
-        steps between them record by record. Returns where the rest of the batch starts (record by record)."""
-        d = self.deriver
-        n = len(tags)
-        pos = lo
-        while n - pos >= 2 * FAST_MIN_STEPS and d.mode != "next":
-            folded = self._fold_prefix(records, tags, pos - 1)
-            pos += folded
-            # Record by record through the step that broke the pattern; after a refusal, through several, so
-            # that an irregular stretch costs one attempt per FAST_MIN_STEPS steps.
-            boundary = K_STEP if d.mode == "explicit" else K_OPT
-            nxt = pos - 1
-            for _ in range(1 if folded else FAST_MIN_STEPS):
-                nxt = kinds.find(boundary, nxt + 1)
-                if nxt < 0:
-                    return pos
-            d.apply_each(tags, t0s, t1s, vals, pos, nxt + 1)
-            pos = nxt + 1
-        return pos
-
-    def _fold_next_stretches(
-        self, records: array[int], tags: array[int], t0s: array[int], t1s: array[int], vals: array[int]
-    ) -> int:
-        """Loader-driven steps (mode "next", each train batch starts a step): record by record through a train
-        wait, then the train waits that follow it in a row in columns (_fold_next), and so on. Returns where the
-        rest of the batch starts (record by record)."""
-        d = self.deriver
-        n = len(tags)
-        pos = 0
-        skip = 1  # after a refusal, several train waits record by record: one attempt per FAST_MIN_STEPS steps
-        while n - pos >= 2 * FAST_MIN_STEPS and d.mode == "next" and d.train is not None:
-            wait_tag = d.train << 8 | K_WAIT
-            nxt = pos - 1
-            try:
-                for _ in range(skip):
-                    nxt = tags.index(wait_tag, nxt + 1)
-            except ValueError:
-                return pos
-            d.apply_each(tags, t0s, t1s, vals, pos, nxt + 1)
-            pos = nxt + 1
-            folded = 0
-            if d.mode == "next" and d.train is not None and d.train << 8 | K_WAIT == wait_tag:
-                folded = self._fold_next(records, tags, pos)
-            pos += folded
-            skip = 1 if folded else FAST_MIN_STEPS
-        return pos
-
-    # The three folds (trainmon.store.folds), called through the run so that tests can swap one out and compare
-    # with record by record; FAST_MIN_STEPS is read here, at each call, for the same reason.
-
-    def _fold_regular(self, records: array[int], tags: array[int], boundary: int) -> int:
-        return fold_regular(self.deriver, records, tags, boundary, FAST_MIN_STEPS)
-
-    def _fold_prefix(self, records: array[int], tags: array[int], boundary: int) -> int:
-        return fold_prefix(self.deriver, records, tags, boundary, FAST_MIN_STEPS)
-
-    def _fold_next(self, records: array[int], tags: array[int], lo: int) -> int:
-        return fold_next(self.deriver, records, tags, lo, FAST_MIN_STEPS)
 
 
 def _as_int(value: Any) -> int | None:
