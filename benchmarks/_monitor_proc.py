@@ -71,7 +71,7 @@ def run_record(args: argparse.Namespace) -> int:
 def run_screen(args: argparse.Namespace) -> int:
     try:
         from trainmon.tui.app import Job
-        from trainmon.tui.run import run_tui
+        from trainmon.tui.terminal import run_tui
         from trainmon.view import LiveFeed
     except ImportError as exc:
         print(f"the TUI is not available: {exc}", file=sys.stderr)

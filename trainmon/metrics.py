@@ -135,7 +135,8 @@ GPU = Family(
         "mem_total_mb": Field("MiB", "GPU memory total", "trainmon_gpu_memory_total_bytes", MIB),
         "power_w": Field("W", "GPU power draw", "trainmon_gpu_power_watts", report="power_w"),
         "power_limit_w": Field("W", "GPU enforced power limit", "trainmon_gpu_power_limit_watts"),
-        # A counter (trainmon.sources.gpu.energy): the exporter writes a Prometheus name ending in _total as one.
+        # A counter (trainmon.sources.gpu.energy_counter): the exporter writes a Prometheus name ending in _total
+        # as one.
         "energy_j": Field(
             "J",
             "GPU energy since the monitor began watching it (NVML's total energy counter; power × time where the GPU "

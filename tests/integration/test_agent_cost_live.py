@@ -11,7 +11,7 @@ from trainmon.export.json_stream import tick
 from trainmon.export.prometheus import MonitorCollector
 from trainmon.monitor import Monitor, status_line
 from trainmon.store.agent_cost import per_step_text
-from trainmon.view.build import _self_cost
+from trainmon.view.frame_builder import _self_cost
 
 
 def test_the_agent_cost_per_step_is_shown_live(addr):

@@ -10,7 +10,7 @@ from testsupport.paths import WORKLOADS
 from testsupport.procs import start_python, wait_for
 from trainmon.diagnose import Thresholds, evaluate
 from trainmon.monitor import Monitor
-from trainmon.store.memory import MB
+from trainmon.store.cuda_memory import MB
 
 FAKE_TRAIN = str(WORKLOADS / "fake_cuda_train.py")
 TH = Thresholds(creep_min_s=3.0, creep_min_mb=8.0)  # a creep judged over seconds, not minutes

@@ -27,7 +27,7 @@ from trainmon.monitor import Monitor
 from trainmon.record import load_recording
 from trainmon.record.writer import Recorder
 from trainmon.report import build_report
-from trainmon.sources.gpu.energy import MAX_PLAUSIBLE_W
+from trainmon.sources.gpu.energy_counter import MAX_PLAUSIBLE_W
 from trainmon.view.extract import energy_views
 
 STEPS, STEP_MS, BATCH = "300", "30", 8

@@ -20,7 +20,7 @@ import pytest
 from trainmon.diagnose.live import change
 from trainmon.diagnose.live.change import _Blocks
 from trainmon.diagnose.live.long_scan import long_candidates
-from trainmon.diagnose.live.rows import MAX_DETAIL
+from trainmon.diagnose.live.slices import MAX_DETAIL
 from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.rules.dist import transfer_share
 from trainmon.diagnose.stats import quantile

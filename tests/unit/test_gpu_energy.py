@@ -11,7 +11,7 @@ import pytest
 
 from testsupport import fake_pynvml as fk
 from testsupport.fake_pynvml import FakeNvml
-from trainmon.sources.gpu.energy import MAX_PLAUSIBLE_W, EnergyMeter
+from trainmon.sources.gpu.energy_counter import MAX_PLAUSIBLE_W, EnergyMeter
 from trainmon.sources.gpu.gpu_source import GpuSource
 
 

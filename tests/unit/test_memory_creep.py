@@ -9,7 +9,7 @@ from array import array
 from testsupport.stores import MS, uniform_store
 from trainmon import protocol as P
 from trainmon.diagnose import Thresholds, evaluate
-from trainmon.store.memory import MB
+from trainmon.store.cuda_memory import MB
 
 END_S = 600.0
 

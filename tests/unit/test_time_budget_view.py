@@ -13,7 +13,7 @@ from trainmon.tui.budget_line import budget_line
 from trainmon.tui.lines import line_text
 from trainmon.view import Layout, build_frame
 from trainmon.view.budget import budget_shares
-from trainmon.view.build import feed_thresholds
+from trainmon.view.frame_builder import feed_thresholds
 
 
 def test_the_shares_are_the_budget_parts_largest_first():

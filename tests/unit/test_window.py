@@ -6,7 +6,7 @@ import math
 from array import array
 
 from trainmon import protocol as P
-from trainmon.diagnose.live.rows import MAX_DETAIL
+from trainmon.diagnose.live.slices import MAX_DETAIL
 from trainmon.diagnose.live.window import run_window
 from trainmon.diagnose.stats import quantile
 from trainmon.store.run import Run

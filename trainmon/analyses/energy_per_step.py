@@ -1,6 +1,6 @@
 """Energy per step, per sample and per token of a run, on its own GPUs (``evidence.run_gpus``).
 
-Each GPU's energy series (``gpu.<i>.energy_j``, written by ``trainmon.sources.gpu.energy``) is read as a curve,
+Each GPU's energy series (``gpu.<i>.energy_j``, written by ``trainmon.sources.gpu.energy_counter``) is read as a curve,
 linear between samples. A step's energy is the curve's rise from the step's start to its end, summed over the run's
 GPUs; a step that touches an interval no sample measured (the GPU answered nothing, or the counter went back with
 no power to fall back on) is left out, as are warm-up steps. Joules per step are the energy of the steps counted

@@ -90,7 +90,7 @@ def run_under_screen(
     stops it gently (SIGINT first) when the user quits anyway.
     """
     from trainmon.tui.app import Job
-    from trainmon.tui.run import run_tui
+    from trainmon.tui.terminal import run_tui
     from trainmon.view import LiveFeed
 
     fd, log_path = tempfile.mkstemp(prefix="trainmon-", suffix=".log")

@@ -6,10 +6,10 @@ from trainmon.diagnose.evidence import run_gpus
 from trainmon.diagnose.rules import Thresholds
 from trainmon.metrics import GPU
 from trainmon.numbers import is_nan
+from trainmon.report.binned import series_section
 from trainmon.report.budget import budget_row
 from trainmon.report.runs import measurement, run_summary, sampled_wait
 from trainmon.report.schema import IdleProcess, Report, RunRow
-from trainmon.report.series import series_section
 from trainmon.report.stacks import stack_dumps
 from trainmon.report.system import (
     agentless_section,

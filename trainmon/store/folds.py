@@ -3,7 +3,8 @@ boundary; with loader-driven steps, train batches in a row) appended to the step
 maps and slices, with what the step state machine (``trainmon.store.derive``) would have given record by record.
 
 Each fold checks first that the deriver's state and the records allow it, and declines (returns 0 records folded)
-where they do not; ``trainmon.store.stretches`` decides where to try one. ``min_steps`` is the fewest steps worth a fold.
+where they do not; ``trainmon.store.stretches`` decides where to try one. ``min_steps`` is the fewest steps worth a
+fold.
 """
 
 from __future__ import annotations

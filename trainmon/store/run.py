@@ -17,10 +17,10 @@ from trainmon.protocol.clean import clean_outside
 from trainmon.store import watched
 from trainmon.store.agent_cost import AgentCost
 from trainmon.store.compiles import Compiles
+from trainmon.store.cuda_memory import CudaMemory
 from trainmon.store.derive import WARMUP_STEPS, StepDeriver
 from trainmon.store.gcspans import GcSpans
 from trainmon.store.loaders import MAX_LOADERS, LoaderInfo, bounded, loader_of
-from trainmon.store.memory import CudaMemory
 from trainmon.store.restarts import Restarts
 from trainmon.store.stacks import clean_stacks
 from trainmon.store.steps import Steps

@@ -1,6 +1,6 @@
 """What a run's agent watches beside its steps, taken out of each batch of records and info messages: torch.compile's
-compilations (``trainmon.store.compiles``), the CUDA allocator's figures (``trainmon.store.memory``) and the agent's
-own cost (``trainmon.store.agent_cost``). None of their records is a step's."""
+compilations (``trainmon.store.compiles``), the CUDA allocator's figures (``trainmon.store.cuda_memory``) and the
+agent's own cost (``trainmon.store.agent_cost``). None of their records is a step's."""
 
 from __future__ import annotations
 

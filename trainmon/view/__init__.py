@@ -13,7 +13,6 @@ the store's lock, on any thread. Nothing here imports textual, so all of it is u
 - ``build``: :class:`FrameBuilder` and ``build_frame``, which put it together
 """
 
-from trainmon.view.build import FrameBuilder, build_frame
 from trainmon.view.feeds import (
     Feed,
     LiveFeed,
@@ -24,10 +23,11 @@ from trainmon.view.feeds import (
     clip_points,
     status_lines,
 )
+from trainmon.view.frame_builder import FrameBuilder, build_frame
 from trainmon.view.frames import Frame, Layout, ProcRow, RunView, VerdictView
 from trainmon.view.resample import run_values
-from trainmon.view.state import WINDOWS_S, ViewState
 from trainmon.view.timefmt import fmt_elapsed
+from trainmon.view.viewport import WINDOWS_S, ViewState
 
 __all__ = [
     "WINDOWS_S",

@@ -1,6 +1,6 @@
 """The frame models: everything one screen draws, as plain data (what each pane shows, the shared time axis).
 
-A :class:`Frame` is built by :mod:`trainmon.view.build`; the TUI only reads it.
+A :class:`Frame` is built by :mod:`trainmon.view.frame_builder`; the TUI only reads it.
 """
 
 from __future__ import annotations

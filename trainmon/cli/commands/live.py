@@ -22,7 +22,7 @@ class LiveCommand(Command):
         monitor = start_monitor(args, listen_address(args), token=args.token, pids=watched_pids(args))
         if use_tui() and not args.json:
             from trainmon.tui.app import Job
-            from trainmon.tui.run import run_tui
+            from trainmon.tui.terminal import run_tui
             from trainmon.view import LiveFeed
 
             hint = (

@@ -35,7 +35,7 @@ class ReplayCommand(Command):
         if not feed.ticks:
             raise CliError(f"{args.file}: the recording holds no samples to replay")
         if use_tui():
-            from trainmon.tui.run import run_tui
+            from trainmon.tui.terminal import run_tui
 
             feed.clock.play()
             return run_tui(feed)

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainmon.diagnose.live.long_scan import long_candidates
 from trainmon.diagnose.live.memo import WindowMemo
-from trainmon.diagnose.live.rows import gather, sample_stride, segments_of
+from trainmon.diagnose.live.slices import gather, sample_stride, segments_of
 from trainmon.diagnose.stats import quantile
 from trainmon.numbers import is_nan, known
 from trainmon.store.run import Run

@@ -19,7 +19,7 @@ from typing import Any
 from trainmon.diagnose.findings import Finding, code_advice
 from trainmon.diagnose.rules.context import RuleContext
 from trainmon.diagnose.rules.stage import Stage, rule
-from trainmon.store.memory import MB, CudaMemory
+from trainmon.store.cuda_memory import MB, CudaMemory
 
 CREEP_SEGMENTS = 8
 FIELD = "peak_allocated"

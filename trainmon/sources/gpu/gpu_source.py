@@ -27,7 +27,7 @@ from trainmon.numbers import NAN, is_nan
 from trainmon.sources.base import Source
 from trainmon.sources.gpu.device_list import DeviceList
 from trainmon.sources.gpu.devices import Device, parse_visible, proc_exists
-from trainmon.sources.gpu.energy import EnergyMeter, counter_value
+from trainmon.sources.gpu.energy_counter import EnergyMeter, counter_value
 from trainmon.sources.gpu.gpm import GpmReader
 from trainmon.sources.gpu.gpu_processes import ProcessLister
 from trainmon.sources.gpu.nvml import FAIL, FUNCTIONS, DeviceLost, NvmlBinding, error_text, newer_samples, value_field
@@ -221,8 +221,8 @@ class GpuSource(Source):
         return meter
 
     def _read_energy(self, d: Device, now: float, out: dict[str, float]) -> None:
-        """The energy since the previous sample (`trainmon.sources.gpu.energy`): NVML's counter where the GPU has
-        one (asked no more once it says Not Supported), else the power just read, integrated."""
+        """The energy since the previous sample (`trainmon.sources.gpu.energy_counter`): NVML's counter where the GPU
+        has one (asked no more once it says Not Supported), else the power just read, integrated."""
         k = d.keys
         raw = self._call(d, "energy", (), d.handle)
         counter = None if raw is FAIL else counter_value(raw)

@@ -19,7 +19,7 @@ from trainmon.view.feeds.protocol import Feed, VerdictPoint
 from trainmon.view.frames import Axis, Frame, Layout, StripCell, VerdictView
 from trainmon.view.resample import make_edges, value_at
 from trainmon.view.stacks import stack_views
-from trainmon.view.state import ViewState
+from trainmon.view.viewport import ViewState
 
 
 class FrameBuilder:
