@@ -3,7 +3,7 @@
 The page is trainmon's own (``templates/index.html``): textual-serve's terminal script and stylesheet, and its
 bundled Roboto Mono, all from this server, so the page asks nothing of any other address. The websocket carries
 textual-serve's protocol (``["stdin", text]``, ``["resize", {width, height}]``, ``["ping", t]``, ``focus``,
-``blur`` from the browser; terminal bytes back). A closed websocket ends its screen (``screens.Screen.stop``).
+``blur`` from the browser; terminal bytes back). A closed websocket ends its screen (``tab_screen.TabScreen.stop``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import textual_serve
 from aiohttp import WSMsgType, web
 
-from trainmon.serve.screens import QUIT_GRACE_S, TERM_GRACE_S, Screen
+from trainmon.serve.tab_screen import QUIT_GRACE_S, TERM_GRACE_S, TabScreen
 
 log = logging.getLogger("trainmon.serve")
 
@@ -53,7 +53,7 @@ class ScreenServer:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.screens: set[Screen] = set()
+        self.screens: set[TabScreen] = set()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -87,7 +87,7 @@ class ScreenServer:
             return ws
         width = _int(request.query.get("width"), 80, 20, 1000)
         height = _int(request.query.get("height"), 24, 5, 500)
-        screen = Screen(self.config.argv, self.config.env, send_bytes=ws.send_bytes, send_text=ws.send_str)
+        screen = TabScreen(self.config.argv, self.config.env, send_bytes=ws.send_bytes, send_text=ws.send_str)
         self.screens.add(screen)
         relay: asyncio.Task[None] | None = None
         try:
@@ -112,7 +112,7 @@ class ScreenServer:
                     await ws.close()
         return ws
 
-    async def _from_browser(self, ws: web.WebSocketResponse, screen: Screen) -> None:
+    async def _from_browser(self, ws: web.WebSocketResponse, screen: TabScreen) -> None:
         async for message in ws:
             if message.type != WSMsgType.TEXT:
                 continue
@@ -131,7 +131,7 @@ class ScreenServer:
             elif kind in ("focus", "blur"):
                 await screen.send_meta({"type": kind})
 
-    async def _screen_ended(self, ws: web.WebSocketResponse, screen: Screen) -> None:
+    async def _screen_ended(self, ws: web.WebSocketResponse, screen: TabScreen) -> None:
         """The screen's process ended (q, an error, or the tab closed): say why if it never drew, close the tab's
         socket so the page shows that the session ended."""
         if ws.closed:

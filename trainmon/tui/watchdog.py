@@ -29,7 +29,7 @@ def tty_alive(fds: Iterable[int] = (0, 2)) -> bool:
     return True
 
 
-SERVER_PID_ENV = "TRAINMON_SERVER_PID"  # set by `trainmon serve` for its screens (trainmon/serve/screens.py)
+SERVER_PID_ENV = "TRAINMON_SERVER_PID"  # set by `trainmon serve` for its screens (trainmon/serve/tab_screen.py)
 
 
 class ServerWatch:

@@ -26,7 +26,7 @@ STDERR_LINES = 20
 SERVER_PID_ENV = "TRAINMON_SERVER_PID"  # read by the screen's watchdog (trainmon/tui/watchdog.py)
 
 
-class Screen:
+class TabScreen:
     """A screen process for one websocket; ``relay`` copies its output to the browser until it exits."""
 
     def __init__(
