@@ -20,8 +20,10 @@ data-wait figure against.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
+import math
 import os
 import random
 import sys
@@ -43,6 +45,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--merges", type=int, default=64, help="BPE merges (each one rescans a slice it encodes)")
+    p.add_argument(
+        "--model-ms",
+        type=float,
+        default=0.0,
+        help="set --n-embd so the model's part of a step takes about this long here (timed at start-up)",
+    )
     p.add_argument("--corpus-kb", type=int, default=48)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--eval-interval", type=int, default=0, help="estimate_loss every N steps (0: never)")
@@ -182,8 +190,56 @@ def train(args: argparse.Namespace, torch: Any, get_batch: Batch, model: Any, op
     return step
 
 
+def sized_embd(args: argparse.Namespace, torch: Any) -> tuple[int, float]:
+    """The embedding width at which the model's part of a step (the gradient-accumulated forwards and backwards,
+        the optimizer) takes about ``--model-ms`` on this host, and the time it measured there in ms: timed at the
+        configured width, scaled (the products grow with the square of the width) and timed again, up to four times,
+    until within a tenth of it."""
+    from trainmon.demo.gpt_parts import GPT
+
+    batches = Batches(args, torch)
+    x, y = batches.get_batch("train")
+    measured = 0.0
+    for _ in range(4):
+        gpt = GPT(batches.tok.vocab_size, args.block_size, args.n_layer, args.n_head, args.n_embd).to(args.device)
+        optimizer = torch.optim.AdamW(gpt.parameters(), lr=6e-4)
+        measured = _median_s(functools.partial(_model_step, gpt, optimizer, x, y, args.grad_accum), 3) * 1e3
+        if abs(measured - args.model_ms) <= 0.1 * args.model_ms:
+            break
+        quantum = 2 * args.n_head
+        width = args.n_embd * math.sqrt(args.model_ms / measured)
+        args.n_embd = int(min(MAX_EMBD, max(quantum, round(width / quantum) * quantum)))
+    return args.n_embd, measured
+
+
+def _model_step(gpt: Any, optimizer: Any, x: Any, y: Any, grad_accum: int) -> None:
+    for _ in range(grad_accum):
+        gpt(x, y)[1].backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+MAX_EMBD = 2048
+
+
+def _median_s(fn: Callable[[], Any], n: int) -> float:
+    fn()  # warm
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[n // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.model_ms:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        embd, measured = sized_embd(args, torch)
+        print(f"sized --n-embd {embd} for {args.model_ms:g} ms of model a step (measured {measured:.1f} ms)")
     if not args.no_attach:
         import trainmon.agent
 

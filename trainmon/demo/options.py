@@ -33,6 +33,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--rate-limit", type=float, default=0.0, help="samples per second per worker (a token bucket)")
     p.add_argument("--width", type=int, default=512, help="hidden width: sets compute per step")
+    p.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="size --width so that a model step takes about this long on this host (timed at start-up; one rank)",
+    )
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--persistent", action="store_true")
     p.add_argument(

@@ -1,7 +1,9 @@
 """Named demo scenarios: real small trainings, each with one known bottleneck.
 
 Each runs for a fixed time (about 20 s; the hang about a minute) whatever the machine's speed, on CPU here and
-on CUDA where present (``--device cuda`` is added when a GPU is visible).
+on CUDA where present (``--device cuda`` is added when a GPU is visible). Where the verdict rests on a balance
+between the model's step and a cost given in time (a decoding's milliseconds, a pause), the model is sized to the
+host at start-up (``--step-ms``), so a slower host gives the same balance.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from trainmon.demo.scenario_command import Scenario, command
 __all__ = ["DEFAULT", "SCENARIOS", "Scenario", "command"]
 
 
+# The model's step on this host, timed at start-up (--step-ms sizes its width): the times the widths 4096, 2048, 1024
+# and 768 take on the host the scenarios were written on, so a slower host trains a narrower model at the same pace
+WIDE, MEDIUM, NARROW, SMALL = "85", "16", "4", "2.3"
 SECONDS = ("--seconds", "20", "--steps", "1000000")
 STEADY = ("--seconds", "15", "--steps", "1000000")  # one cause all along: nothing to count, no warm-up to outweigh
-EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--width", "4096", *SECONDS)
-GPT = ("--seconds", "15", "--log-interval", "20")  # trainmon.demo.gpt: nanoGPT's loop, no DataLoader
+EPOCHS = ("--workers", "4", "--epoch-batches", "15", "--worker-setup-ms", "300", "--step-ms", WIDE, *SECONDS)
+# trainmon.demo.gpt: nanoGPT's loop, no DataLoader; its model's part of a step sized to the host (--model-ms)
+GPT = ("--seconds", "15", "--log-interval", "20", "--model-ms", "45")
 # trainmon.demo.compiled, with torch.compile's aot_eager backend: it traces and compiles the forward and backward graphs
 # as inductor does, without generating kernels (a C++ compilation each on CPU: minutes per storm on a busy 2-core host)
 COMPILED = ("--seconds", "18", "--backend", "aot_eager")
@@ -40,7 +46,7 @@ SCENARIOS: dict[str, Scenario] = {
             "healthy",
             "ok.compute_bound",
             "two workers keep well ahead of a compute-heavy model: nothing starves",
-            ("--workers", "2", "--cpu-ms", "0.02", "--width", "4096", "--persistent", *SECONDS),
+            ("--workers", "2", "--cpu-ms", "0.02", "--step-ms", WIDE, "--persistent", *SECONDS),
         ),
         Scenario(
             "main-process",
@@ -58,7 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
             "cpu-saturated",
             "input.workers_cpu",
             "four workers with heavy augmentation (3 ms per sample) on a host whose cores are all busy",
-            ("--workers", "4", "--cpu-ms", "3.0", "--width", "768", "--persistent", *STEADY),
+            ("--workers", "4", "--cpu-ms", "3.0", "--step-ms", SMALL, "--persistent", *STEADY),
         ),
         Scenario(
             "slow-storage",
@@ -99,8 +105,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "--workers",
                 "2",
                 "--persistent",
-                "--width",
-                "1024",
+                "--step-ms",
+                NARROW,
                 "--checkpoint-every",
                 "10",
                 "--checkpoint-mb",
@@ -116,8 +122,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "--workers",
                 "2",
                 "--persistent",
-                "--width",
-                "2048",
+                "--step-ms",
+                MEDIUM,
                 "--eval-every",
                 "20",
                 "--eval-batches",
@@ -135,8 +141,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "2",
                 "--cpu-ms",
                 "0.02",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--persistent",
                 "--trace-nodes",
                 "6000",
@@ -156,8 +162,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "2",
                 "--cpu-ms",
                 "0.02",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--persistent",
                 "--hang-after",
                 "8",
@@ -182,8 +188,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "2",
                 "--cpu-ms",
                 "0.02",
-                "--width",
-                "1024",
+                "--step-ms",
+                NARROW,
                 "--persistent",
                 "--upload-stall-after",
                 "6",
@@ -235,8 +241,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "0",
                 "--cpu-ms",
                 "1.5",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--switch-at",
                 "0.6",
                 "--seconds",
@@ -254,8 +260,8 @@ SCENARIOS: dict[str, Scenario] = {
             (
                 "--workers",
                 "0",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--switch-at",
                 "0.6",
                 "--switch-in-place",
@@ -278,8 +284,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "0",
                 "--cpu-ms",
                 "1.5",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--switch-at",
                 "0.6",
                 "--switch-in-place",
@@ -320,8 +326,8 @@ SCENARIOS: dict[str, Scenario] = {
                 "--cache-samples",
                 "--cpu-ms",
                 "10",
-                "--width",
-                "4096",
+                "--step-ms",
+                WIDE,
                 "--epoch-batches",
                 "30",
                 *SECONDS,
@@ -382,14 +388,14 @@ SCENARIOS: dict[str, Scenario] = {
             "host.loop_code",
             "two workers keep ahead while every step computes a confusion matrix and each class's F1 in Python "
             "over the last 60 batches and writes them as JSON",
-            ("--workers", "2", "--persistent", "--width", "1024", "--metrics-window", "60", *STEADY),
+            ("--workers", "2", "--persistent", "--step-ms", NARROW, "--metrics-window", "60", *STEADY),
         ),
         Scenario(
             "tqdm",
             "ok.compute_bound",
             "a tqdm bar over the DataLoader, its postfix set from loss.item() every step, two workers ahead of a "
             "compute-heavy model",
-            ("--workers", "2", "--persistent", "--width", "2048", "--progress", *STEADY),
+            ("--workers", "2", "--persistent", "--step-ms", MEDIUM, "--progress", *STEADY),
         ),
         Scenario(
             "gpt-get-batch",

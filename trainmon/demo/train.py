@@ -32,6 +32,7 @@ from trainmon.demo.data import (
 from trainmon.demo.feeds import BackgroundGenerator, ThreadedLoader, dataloader_x
 from trainmon.demo.loop_work import StepMetrics, progress
 from trainmon.demo.options import parse
+from trainmon.demo.sizing import sized_width
 from trainmon.demo.stalls import MetricsLog, TraceCache
 from trainmon.demo.upload import MetricsUploader
 
@@ -55,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     import torch
 
+    if args.step_ms:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            print("trainmon.demo.train: --step-ms sizes one rank's model; give --width to a distributed run")
+            return 2
+        torch.set_num_threads(args.threads)
+        args.width, measured = sized_width(args.step_ms, args.features, args.batch_size, torch.device(args.device))
+        print(f"sized --width {args.width} for {args.step_ms:g} ms steps (measured {measured:.1f} ms)", flush=True)
     if not args.no_attach:
         import trainmon.agent
 
