@@ -3,7 +3,7 @@ read from /proc over time. Agents come and go (each lives ``--lifetime`` seconds
 takes its slot), the way jobs come and go under a monitor left running.
 
     python benchmarks/soak.py --seconds 1800          # make soak: 30 minutes
-    python benchmarks/soak.py --seconds 30 --json     # what tests/reliability/test_soak.py runs
+    python benchmarks/soak.py --seconds 20 --json     # what tests/reliability/test_soak.py runs
 
 Flat means: after warm-up, RSS stays within ``--rss-slack-mb`` of its warm-up level (and its trend
 over the second half is under 2 MiB per 10 minutes on long runs), descriptors never exceed the

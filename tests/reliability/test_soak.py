@@ -15,16 +15,16 @@ from testsupport.reliability import note
 
 
 @pytest.mark.slow
-def test_soak_30_s_with_8_agents():
+def test_soak_20_s_with_8_agents():
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--seconds", "30", "--agents", "8", "--json"],
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--seconds", "20", "--agents", "8", "--json"],
         env=child_env(),
         capture_output=True,
         text=True,
         timeout=240,
     )
     result = json.loads(res.stdout)
-    note("soak30", **{k: v for k, v in result.items() if k != "samples"})
+    note("soak20", **{k: v for k, v in result.items() if k != "samples"})
     assert res.returncode == 0 and result["flat"], result["problems"]
     assert result["agents_started"] >= 16  # they came and went
     assert result["final"]["fds"] <= result["idle"]["fds"] + 1

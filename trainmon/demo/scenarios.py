@@ -154,8 +154,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "hang",
             "stall.hang",
-            "after 8 s a log rotation thread and the loop take two locks in opposite orders: a deadlock, with "
-            "the process and its workers alive, until faulthandler's 24 s watchdog ends it (judged with "
+            "after 6 s a log rotation thread and the loop take two locks in opposite orders: a deadlock, with "
+            "the process and its workers alive, until faulthandler's 18 s watchdog ends it (judged with "
             "hang_min_s = 12)",
             (
                 "--workers",
@@ -166,9 +166,9 @@ SCENARIOS: dict[str, Scenario] = {
                 WIDE,
                 "--persistent",
                 "--hang-after",
-                "8",
+                "6",
                 "--watchdog-s",
-                "24",
+                "18",
                 "--seconds",
                 "120",
                 "--steps",
@@ -246,7 +246,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "--switch-at",
                 "0.6",
                 "--seconds",
-                "30",
+                "24",
                 "--steps",
                 "1000000",
             ),
@@ -268,7 +268,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "--switch-cpu-ms",
                 "1.5",
                 "--seconds",
-                "30",
+                "24",
                 "--steps",
                 "1000000",
             ),
@@ -292,7 +292,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "--switch-cpu-ms",
                 "0",
                 "--seconds",
-                "30",
+                "24",
                 "--steps",
                 "1000000",
             ),
