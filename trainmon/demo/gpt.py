@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from trainmon.demo.sizing import median_s
+
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainmon.demo.gpt")
@@ -63,6 +65,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="steps excluded from the self-report")
     p.add_argument("--self-report", default=None)
     return p.parse_args(argv)
+
+
+MAX_EMBD = 2048  # --model-ms never sizes the embedding wider than this
 
 
 class Batches:
@@ -192,18 +197,20 @@ def train(args: argparse.Namespace, torch: Any, get_batch: Batch, model: Any, op
 
 def sized_embd(args: argparse.Namespace, torch: Any) -> tuple[int, float]:
     """The embedding width at which the model's part of a step (the gradient-accumulated forwards and backwards,
-        the optimizer) takes about ``--model-ms`` on this host, and the time it measured there in ms: timed at the
-        configured width, scaled (the products grow with the square of the width) and timed again, up to four times,
+    the optimizer) takes about ``--model-ms`` on this host, and the time it measured there in ms: timed at the
+    configured width, scaled (the products grow with the square of the width) and timed again, up to four times,
     until within a tenth of it."""
     from trainmon.demo.gpt_parts import GPT
 
     batches = Batches(args, torch)
     x, y = batches.get_batch("train")
+    device = torch.device(args.device)
     measured = 0.0
     for _ in range(4):
-        gpt = GPT(batches.tok.vocab_size, args.block_size, args.n_layer, args.n_head, args.n_embd).to(args.device)
+        gpt = GPT(batches.tok.vocab_size, args.block_size, args.n_layer, args.n_head, args.n_embd).to(device)
         optimizer = torch.optim.AdamW(gpt.parameters(), lr=6e-4)
-        measured = _median_s(functools.partial(_model_step, gpt, optimizer, x, y, args.grad_accum), 3) * 1e3
+        step = functools.partial(_model_step, gpt, optimizer, x, y, args.grad_accum)
+        measured = median_s(step, 3, device, warm=1) * 1e3
         if abs(measured - args.model_ms) <= 0.1 * args.model_ms:
             break
         quantum = 2 * args.n_head
@@ -219,19 +226,6 @@ def _model_step(gpt: Any, optimizer: Any, x: Any, y: Any, grad_accum: int) -> No
     optimizer.zero_grad(set_to_none=True)
 
 
-MAX_EMBD = 2048
-
-
-def _median_s(fn: Callable[[], Any], n: int) -> float:
-    fn()  # warm
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[n // 2]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.model_ms:
@@ -239,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
         embd, measured = sized_embd(args, torch)
-        print(f"sized --n-embd {embd} for {args.model_ms:g} ms of model a step (measured {measured:.1f} ms)")
+        print(f"sized --n-embd {embd} for {args.model_ms:g} ms of model per step (measured {measured:.1f} ms)")
     if not args.no_attach:
         import trainmon.agent
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 MIN_WIDTH, MAX_WIDTH, QUANTUM = 64, 8192, 64
@@ -45,15 +46,28 @@ def step_time(width: int, features: int, batch: int, device: Any, steps: int = 5
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(batch, features, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
-    times = []
-    for i in range(steps + 2):
-        t0 = time.perf_counter()
+
+    def train_step() -> None:
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-        if device.type == "cuda":
+
+    return median_s(train_step, steps, device)
+
+
+def median_s(fn: Callable[[], Any], runs: int, device: Any = None, warm: int = 2) -> float:
+    """The median time of ``fn()`` over ``runs`` calls after ``warm`` untimed ones, in seconds; on a CUDA
+    ``device`` each call is timed to its kernels' end."""
+    import torch
+
+    cuda = device is not None and getattr(device, "type", "") == "cuda"
+    times = []
+    for i in range(warm + runs):
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
             torch.cuda.synchronize(device)
-        if i >= 2:
+        if i >= warm:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
