@@ -7,13 +7,16 @@
 ``tui`` mirrors ``commands.live`` (the Textual screen over a LiveFeed); the only differences are the NVML module, the
 fake of testsupport/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
 samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
-writes what the monitor ingested (runs, steps, records, bytes) when it stops.
+writes what the monitor ingested (runs, steps, records, bytes) when it stops. With ``BENCH_PROFILE_DIR`` set, the
+monitor thread and the agents' thread each run under cProfile, written there as ``monitor.prof`` and ``agents.prof``
+when the process stops (``benchmarks/thread_split.py --profile DIR``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -36,6 +39,27 @@ def summary(monitor: Monitor, recorder: object | None) -> dict:
             "bytes": getattr(recorder, "bytes_written", 0),
             "error": getattr(recorder, "error", None),
         }
+
+
+def profile_threads(folder: str) -> None:
+    """Run ``Monitor._loop`` and ``AgentServer._serve`` each under its own cProfile, dumped to ``folder`` when they
+    return."""
+    import cProfile
+
+    from trainmon.ingest.agent_server import AgentServer
+
+    def profiled(fn, name):
+        def run(self):
+            prof = cProfile.Profile()
+            try:
+                prof.runcall(fn, self)
+            finally:
+                prof.dump_stats(os.path.join(folder, f"{name}.prof"))
+
+        return run
+
+    Monitor._loop = profiled(Monitor._loop, "monitor")  # type: ignore[method-assign]
+    AgentServer._serve = profiled(AgentServer._serve, "agents")  # type: ignore[method-assign]
 
 
 def build(args: argparse.Namespace, sinks: list) -> Monitor:
@@ -101,6 +125,8 @@ def main() -> int:
     ap.add_argument("--track", default=None, help="a file of pids (whitespace-separated) to track as workers")
     ap.add_argument("--summary", default=None)
     args = ap.parse_args()
+    if os.environ.get("BENCH_PROFILE_DIR"):
+        profile_threads(os.environ["BENCH_PROFILE_DIR"])
     if args.mode == "record":
         if not args.output:
             ap.error("record needs --output")

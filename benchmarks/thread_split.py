@@ -4,10 +4,12 @@ Starts one of side_by_side.py's loads, then ``trainmon`` (the TUI in a detached 
 and after the warm-up reads every thread's utime+stime from /proc/PID/task/*/stat over ``--window`` seconds. Thread
 names come from /proc (trainmon names its own threads) or, for Python threads the kernel only knows by the
 process name, from ``py-spy dump``. ``--pyspy FILE`` also records a ``py-spy record --threads`` flame graph
-(speedscope JSON) over the same window.
+(speedscope JSON) over the same window. ``--profile DIR`` runs the monitor's and the agents' threads under cProfile
+(whole run, warm-up included; cProfile slows them, so the CPU split is then not the one alone).
 
     python benchmarks/thread_split.py [--load everyday|heavy] [--what tui|record] [--window 30] [--warmup S]
-        [--pyspy FILE]
+        [--pyspy FILE] [--rate 200]
+        [--profile DIR]
 """
 
 from __future__ import annotations
@@ -66,8 +68,13 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=None)
     ap.add_argument("--pyspy", default="", help="also write a py-spy --threads recording (speedscope) here")
+    ap.add_argument("--profile", default="", help="run the monitor's and the agents' threads under cProfile, here")
+    ap.add_argument("--rate", type=int, default=200, help="py-spy's samples a second (with --pyspy)")
     args = ap.parse_args()
     spec = LOADS[args.load]
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)  # read by _monitor_proc.py
     tmp = tempfile.mkdtemp(prefix="tm-split-")
     load = Load(os.path.join(tmp, "agents.sock"), tmp)
     load.start(spec.agents, spec.rate, spec.workers, 4)
@@ -88,7 +95,7 @@ def main() -> int:
             # --nonblocking: py-spy reads the process without pausing it, so the CPU split stays what it is alone.
             record = ["record", "--pid", str(pid), "--threads", "--nonblocking", "--format", "speedscope"]
             spy = subprocess.Popen(
-                [exe, *record, "-o", args.pyspy, "--duration", str(int(args.window)), "--rate", "200"],
+                [exe, *record, "-o", args.pyspy, "--duration", str(int(args.window)), "--rate", str(args.rate)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

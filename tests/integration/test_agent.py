@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -155,3 +157,53 @@ def test_attach_before_torch_import_patches_on_import(monitor, addr):
     assert wait_for(_runs_done(monitor, 1), 10)
     run = next(iter(monitor.store.runs.values()))
     assert run.steps.total == 10 and run.mode == "opt"
+
+
+def _frames_received(addr: str, done: threading.Event) -> list[tuple[float, list[int]]]:
+    """A bare listener on ``addr``: (arrival, the records' end times in ns) of each events frame, until ``done``."""
+    from trainmon import protocol as P
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(addr)
+    listener.listen(1)
+    listener.settimeout(30)
+    frames: list[tuple[float, list[int]]] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(0.2)
+        reader = P.FrameReader()
+        while not done.is_set():
+            try:
+                data = conn.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                break
+            now = time.monotonic()
+            for kind, payload in reader.feed(data):
+                if kind == P.F_EVENTS:
+                    frames.append((now, list(P.decode_events(payload)[2 :: P.RECORD_FIELDS])))
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return frames
+
+
+def test_a_slow_loop_shares_frames_and_each_step_still_arrives_within_a_tick(addr):
+    # 10 steps a second (4 items of 25 ms): two records a step, sent in frames of a few steps, not one a tick.
+    done = threading.Event()
+    frames = _frames_received(addr, done)
+    proc = _loop(addr, steps=30, sleep_ms=25)
+    try:
+        result, _ = _finish(proc)
+    finally:
+        done.set()
+    assert result["steps"] == 30
+    events = [f for f in frames if f[1]]
+    span = events[-1][0] - events[0][0]
+    assert sum(len(ends) for _, ends in events) >= 60  # every wait and optimizer step
+    assert len(events) <= span / 0.2 + 2  # at most ~4 a second (one a tick would be ~10)
+    lateness = [arrival - end / 1e9 for arrival, ends in events for end in ends]
+    assert max(lateness) < 0.6  # held at most 0.25 s, then a tick: well within the monitor's 1 s tick

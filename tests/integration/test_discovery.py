@@ -15,6 +15,7 @@ import pytest
 
 from testsupport import other_user
 from trainmon.monitor import Monitor
+from trainmon.sources.discovery import discover
 from trainmon.sources.discovery.discover import Discovery
 from trainmon.view import extract
 
@@ -354,3 +355,35 @@ def test_the_ranks_of_a_torchrun_job_started_without_trainmon_are_one_job(discov
         except subprocess.TimeoutExpired:
             launcher.kill()
             launcher.communicate()
+
+
+def test_a_young_python_process_is_not_re_read_until_it_maps_something(monkeypatch):
+    # A Python process without torch, idle: looked at each scan while young, its maps read once while its size
+    # holds; once it maps more (an anonymous 64 MB mapping here, as importing torch maps its libraries), again.
+    code = (
+        "import mmap, sys, time; sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.readline(); "
+        "m = mmap.mmap(-1, 64 << 20); sys.stdout.write('mapped\\n'); sys.stdout.flush(); time.sleep(60)"
+    )
+    proc = subprocess.Popen([PY, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=plain_env())
+    reads: list[str] = []
+    read = discover._read
+    monkeypatch.setattr(discover, "_read", lambda path, limit: reads.append(path) or read(path, limit))
+    maps = f"/proc/{proc.pid}/maps"
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "up\n"
+        d = Discovery()
+        d.scan()
+        assert d.procs[proc.pid].python and not d.procs[proc.pid].torch
+        for _ in range(3):
+            d.scan()
+        assert reads.count(maps) == 1
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "mapped\n"
+        d.scan()
+        assert reads.count(maps) == 2
+        assert not d.procs[proc.pid].torch and d.procs[proc.pid].python
+    finally:
+        proc.kill()
+        proc.wait()

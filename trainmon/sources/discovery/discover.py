@@ -3,7 +3,8 @@ libtorch. Grouped as a job's main processes (ranks) and their DataLoader workers
 
 Cost: one listing of /proc per scan. A new pid is examined once (its owner, /proc/PID/stat, its maps); a Python
 process that has not imported torch yet is looked at again while it is young (a script imports torch in its
-first seconds), then rarely; any other process never again. A process's verdict is kept for its lifetime (a pid
+first seconds), then rarely, and its maps are read again only where its virtual size (in /proc/PID/stat) changed
+since the last read; any other process never again. A process's verdict is kept for its lifetime (a pid
 that leaves the listing is forgotten). Processes of other users are skipped unless the monitor runs as root.
 Standard library only; never raises.
 """
@@ -55,6 +56,7 @@ class Proc:
     launcher: bool = False
     env: dict[str, str] = field(default_factory=dict)
     checked: float = 0.0  # monotonic time of the last look at its maps
+    vsize: int = -1  # its virtual size then: loading torch maps hundreds of MB, so an unchanged size needs no look
     torch_since: float = 0.0  # when torch was first seen mapped
 
     @property
@@ -97,6 +99,7 @@ class Discovery:
         self._not_python: set[int] = set()  # examined once: never a training
         self.scan_s = 0.0  # the last scan's cost, for the monitor's accounting
         self.examined = 0  # pids examined in all (a process is examined once, a young Python one a few times)
+        self.maps_read = 0  # of those, the looks that read the process's maps (its size had changed)
 
     def scan(self, now: float | None = None) -> dict[int, Training]:
         t0 = time.perf_counter()
@@ -145,19 +148,25 @@ class Discovery:
         self.examined += 1
         base = f"{self.proc_root}/{pid}"
         try:
+            if proc is None and self.uid != 0 and os.stat(base).st_uid != self.uid:
+                self._not_python.add(pid)  # another user's: never read
+                return
+            stat = _read(f"{base}/stat", 4096)
+            rest = stat[stat.rindex(b")") + 2 :].split()
+            vsize = int(rest[20])
             if proc is None:
-                if self.uid != 0 and os.stat(base).st_uid != self.uid:
-                    self._not_python.add(pid)  # another user's: never read
-                    return
-                stat = _read(f"{base}/stat", 4096)
-                rest = stat[stat.rindex(b")") + 2 :].split()
                 proc = Proc(pid, int(rest[1]), int(rest[19]))
+            elif vsize == proc.vsize:
+                proc.checked = now  # a Python process that mapped nothing since the last look has not loaded torch
+                return
             maps = _read(f"{base}/maps", _MAPS_MAX)
         except (OSError, ValueError, IndexError):
             self._not_python.add(pid)  # gone, a kernel thread, or unreadable
             self.procs.pop(pid, None)
             return
+        self.maps_read += 1
         proc.checked = now
+        proc.vsize = vsize
         proc.python = proc.python or any(m in maps for m in PYTHON_MARKERS)
         if not proc.python:
             self._not_python.add(pid)
