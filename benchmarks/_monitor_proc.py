@@ -8,8 +8,8 @@
 fake of testsupport/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
 samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
 writes what the monitor ingested (runs, steps, records, bytes) when it stops. With ``BENCH_PROFILE_DIR`` set, the
-monitor thread and the agents' thread each run under cProfile, written there as ``monitor.prof`` and ``agents.prof``
-when the process stops (``benchmarks/thread_split.py --profile DIR``).
+monitor thread and the agents' thread each run under cProfile (by thread CPU time), written there as ``monitor.prof``
+and ``agents.prof`` when the process stops (``benchmarks/thread_split.py --profile DIR``).
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ def profile_threads(folder: str) -> None:
     """Run ``Monitor._loop`` and ``AgentServer._serve`` each under its own cProfile, dumped to ``folder`` when they
     return."""
     import cProfile
+    import time
 
     from trainmon.ingest.agent_server import AgentServer
 
     def profiled(fn, name):
         def run(self):
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)  # CPU time: a wait for the store's lock is not work
             try:
                 prof.runcall(fn, self)
             finally:

@@ -201,3 +201,25 @@ def _steady(
 def _input(store: Store):
     (f,) = [f for f in evaluate(store, 20.0) if f.code.startswith("input.")]
     return f
+
+
+def test_weights_at_reuses_the_weights_of_the_same_instants_only():
+    cov = Coverage([(1.5, 2.0), (3.0, 4.0)])
+    times = array("d", [1.0, 2.0, 3.0, 4.0])
+    first = cov.weights_at(times, 0.0)
+    assert first == cov.weights(times, 0.0)
+    assert cov.weights_at(array("d", times), 0.0) is first  # another series sampled at the same instants
+    # Same ends, count and start, other instants in between: worked out afresh, not taken from the memo.
+    other = array("d", [1.0, 1.2, 3.0, 4.0])
+    assert cov.weights_at(other, 0.0) == cov.weights(other, 0.0) != first
+
+
+def test_last_known_is_the_latest_measured_value_in_the_window():
+    store = Store()
+    for t, v in ((1.0, 5.0), (2.0, 6.0), (3.0, float("nan")), (4.0, float("nan"))):
+        store.sample(t, {"x": v})
+    assert store.last_known("x", 0.0, 4.0) == 6.0
+    assert store.last_known("x", 0.0, 1.5) == 5.0
+    assert store.last_known("x", 1.0, 1.0) == 5.0  # both ends inclusive
+    assert store.last_known("x", 2.5, 4.0) != store.last_known("x", 2.5, 4.0)  # only nan there
+    assert store.last_known("missing", 0.0, 4.0) != store.last_known("missing", 0.0, 4.0)

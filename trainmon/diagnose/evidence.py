@@ -103,9 +103,6 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float, holes: Coverage 
     """The process's figures over [t0, t1]; with ``holes``, each sample weighed by the share of its interval
     outside them (see ``trainmon.diagnose.live.spans``), so the time the loop was elsewhere does not count."""
 
-    # The process's series are sampled at the same instants: their weights are worked out once per span of times.
-    memo: dict[tuple[int, int, float, float, float], list[float]] = {}
-
     def weights(name: str) -> tuple[array[float], list[float] | None]:
         series = store.series.get(name)
         if series is None:
@@ -116,11 +113,7 @@ def proc_evidence(store: Store, pid: int, t0: float, t1: float, holes: Coverage 
             return values, None
         times = series.times
         previous = times[i - 1] if i else times[i] - (times[i + 1] - times[i] if j > i + 1 else 1.0)
-        key = (i, j, previous, times[i], times[j - 1])
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = holes.weights(times[i:j], previous)
-        return values, found
+        return values, holes.weights_at(times[i:j], previous)
 
     def m(field: str) -> float:
         values, w = weights(PROC.key(pid, field))

@@ -47,6 +47,18 @@ class Series:
         j = bisect_right(self.times, t1)
         return self.times[i:j], self.values[i:j]
 
+    def last_known(self, t0: float, t1: float) -> float:
+        """The latest value in [t0, t1] that is not nan; nan where there is none. Walks back from ``t1`` (a few
+        samples, not the window)."""
+        times, values = self.times, self.values
+        k = bisect_right(times, t1) - 1
+        while k >= 0 and times[k] >= t0:
+            v = values[k]
+            if v == v:
+                return v
+            k -= 1
+        return float("nan")
+
     def at(self, t: float) -> float | None:
         """The latest value at or before ``t``."""
         i = bisect_right(self.times, t)

@@ -194,6 +194,11 @@ class Store:
         last = series.last() if series is not None else None
         return last[1] if last is not None else None
 
+    def last_known(self, name: str, t0: float, t1: float) -> float:
+        """The latest measured value of ``name`` in [t0, t1], else nan."""
+        series = self.series.get(name)
+        return math.nan if series is None else series.last_known(t0, t1)
+
     def values_between(self, name: str, t0: float, t1: float) -> array[float]:
         series = self.series.get(name)
         if series is None:

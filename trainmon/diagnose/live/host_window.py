@@ -78,8 +78,7 @@ def host_window(store: Store, t0: float, t1: float, run: Run | None = None) -> H
 
 
 def _last(store: Store, key: str, t0: float, t1: float) -> float:
-    vals = known(store.values_between(key, t0, t1))
-    return vals[-1] if vals else math.nan
+    return store.last_known(key, t0, t1)
 
 
 def _usable_cores(h: HostWindow, store: Store, t0: float, t1: float, run: Run | None) -> None:

@@ -64,6 +64,9 @@ class Coverage:
     """How much of each sample's interval lies outside ``holes`` (sorted, disjoint spans)."""
 
     def __init__(self, holes: Sequence[tuple[float, float]]) -> None:
+        # Every process's series are sampled at the same instants (the ticks): their weights are worked out once
+        # per span of times, for the main process and all the workers of a run (`weights_at`).
+        self._memo: dict[tuple[float, float, float, int], tuple[array[float], list[float]]] = {}
         self.starts = [a for a, _ in holes]
         self.ends = [b for _, b in holes]
         self.before = [0.0]  # hole time before each hole
@@ -79,6 +82,16 @@ class Coverage:
         if not k:
             return 0.0
         return self.before[k - 1] + min(x, self.ends[k - 1]) - self.starts[k - 1]
+
+    def weights_at(self, times: array[float], previous: float) -> list[float]:
+        """`weights`, kept for the next series sampled at the same instants."""
+        key = (previous, times[0], times[-1], len(times))
+        found = self._memo.get(key)
+        if found is not None and found[0] == times:
+            return found[1]
+        out = self.weights(times, previous)
+        self._memo[key] = (times, out)
+        return out
 
     def weights(self, times: Sequence[float], previous: float) -> list[float]:
         """Per sample at ``times`` (each covering the time since the one before it; the first since
