@@ -9,7 +9,9 @@ by other processes on a shared host; the wall-clock paired median is printed bes
 
 Cases: the monitor connected (a real ``trainmon record`` subprocess), absent (nothing listening: the sender
 retries in the background), and frozen with SIGSTOP (the socket fills, the sender drops the oldest records).
-The floor: a bare Python wrapper around ``_BaseDataLoaderIter.__next__`` (no agent), measured the same way.
+The floor: a bare Python wrapper around ``_BaseDataLoaderIter.__next__`` (no agent), measured the same way; and in
+the DataLoader loop with a model, that wrapper and the agent's three clock reads alone (``floor_rows``), where every
+touch of the step runs cold: what any Python-level timer of that loop costs at the least.
 On a CUDA machine, also the CUDA loop (sync debug mode "error" proves the agent adds no synchronisation).
 
 A loop with no DataLoader (a batch made in the loop, a forward, a backward, an optimizer step and zero_grad) has two
@@ -202,6 +204,56 @@ def bare_wrapper() -> tuple[Callable[[], None], Callable[[], None]]:
         cls.__next__ = orig
 
     return on, off
+
+
+def clock_reads() -> tuple[Callable[[], None], Callable[[], None]]:
+    """The floor of any timer of this loop: the clock read twice around ``__next__`` and once where torch's step
+    wrapper calls ``Optimizer._optimizer_step_code`` (the agent's three reads), and nothing kept."""
+    cls, opt = dl._BaseDataLoaderIter, torch.optim.Optimizer
+    orig, orig_code = cls.__next__, opt._optimizer_step_code
+    clock = time.perf_counter_ns
+
+    def __next__(self):
+        clock()
+        batch = orig(self)
+        clock()
+        return batch
+
+    def step_code(self):
+        clock()
+
+    def on() -> None:
+        cls.__next__ = __next__
+        opt._optimizer_step_code = step_code
+
+    def off() -> None:
+        cls.__next__ = orig
+        opt._optimizer_step_code = orig_code
+
+    return on, off
+
+
+def floor_rows(pairs: int, steps: int) -> list[Row]:
+    """What a Python-level timer costs at the least in the DataLoader loop with a model: a wrapper that only calls
+    the original, and the three clock reads alone. There every touch runs cold, between the model's calls."""
+    loop = LoaderModelLoop()
+    rows = []
+    for figure, hooks in (
+        ("floor: bare wrapper, DataLoader loop with a model", bare_wrapper()),
+        ("floor: the agent's three clock reads alone, DataLoader loop with a model", clock_reads()),
+    ):
+        r = paired(loop.block, *hooks, pairs, steps, settle=50)
+        lo, hi = r["thread_ci"]
+        rows.append(
+            Row(
+                figure,
+                "measured (no target)",
+                f"{r['thread_cpu_ns'] / 1e3:.2f} µs",
+                note=f"training-thread CPU, paired, 95% CI {lo / 1e3:.2f}..{hi / 1e3:.2f} µs; "
+                f"loop {r['base_ns'] / 1e3:.1f} µs/step",
+            )
+        )
+    return rows
 
 
 def agent_hooks() -> tuple[Callable[[], None], Callable[[], None]]:
@@ -535,6 +587,7 @@ def measure(pairs: int, steps: int, burst_run_s: float = 40.0) -> list[Row]:
         rows[-1].anchor = floor_txt
         rows += burst_rows(address, pairs, steps, burst_run_s, ModelLoop())
         rows += burst_rows(address, pairs, steps, burst_run_s, LoaderModelLoop())
+        rows += floor_rows(max(50, pairs // 2), steps)
     finally:
         force_stop(rec)
     return rows
