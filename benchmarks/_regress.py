@@ -4,7 +4,8 @@ A figure is REGRESSED where it got more than TOLERANCE worse than that value. Wh
 the same run (nvitop, glances, TraceML: the anchor column), it is held at the same ratio to the first
 of them, so a slower or busier host does not read as a regression (nor a faster one hide one). Which way is worse
 follows the unit: a rate (``/s``) is worse lower, every cost (µs, ms, %, MB, MB/h) worse higher. Rows whose measured
-text is not a figure ("not run", "failed") are not compared.
+text is not a figure ("not run", "failed") are not compared, nor floors ("floor: ..."): what a bare wrapper or a clock
+read costs on this host is the host's figure, not trainmon's, and is there to read the others against.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def regressions(committed: Sequence[Row], fresh: Sequence[Row], tolerance: float
     by_key = {(r.source, r.figure): r for r in committed}
     out = []
     for r in fresh:
+        if r.figure.startswith("floor:"):
+            continue
         old = by_key.get((r.source, r.figure))
         if old is not None and (got := regression(old, r, tolerance)) is not None:
             out.append(got)

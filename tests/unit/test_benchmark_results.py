@@ -48,6 +48,8 @@ def test_a_figure_more_than_a_fifth_worse_than_committed_is_regressed() -> None:
     assert [r.basis for r in regressions(old, worse_peer)] == ["nvitop"]  # same figure, twice the peer's ratio
     assert not regressions(old, [Row("ingest", "", "700,000/s", source="a")], tolerance=0.5)
     assert peer("bare wrapper 0.10 µs") is None  # a floor, not another tool
+    floor = "floor: bare wrapper around DataLoader.__next__"
+    assert not regressions([Row(floor, "", "0.04 µs", source="a")], [Row(floor, "", "0.13 µs", source="a")])
 
 
 def test_the_readmes_cost_per_step_holds_the_agents_committed_figures() -> None:
