@@ -77,24 +77,20 @@ def host_window(store: Store, t0: float, t1: float, run: Run | None = None) -> H
     return h
 
 
-def _last(store: Store, key: str, t0: float, t1: float) -> float:
-    return store.last_known(key, t0, t1)
-
-
 def _usable_cores(h: HostWindow, store: Store, t0: float, t1: float, run: Run | None) -> None:
     pid = run.proc_pid if run is not None else None
     names = {f: PROC.key(pid, "cpu_" + f) for f in _BUDGET} if pid is not None else {}
-    if pid is None or is_nan(_last(store, names["usable"], t0, t1)):
+    if pid is None or is_nan(store.last_known(names["usable"], t0, t1)):
         names, h.cores_of = {f: "cpu." + f for f in _BUDGET}, "monitor"
-    usable = _last(store, names["usable"], t0, t1)
+    usable = store.last_known(names["usable"], t0, t1)
     if is_nan(usable):
         h.cores_of = "host"
         return
     if h.cores_of != "monitor":
         h.cores_of = "run"
     h.cores_usable = usable
-    affinity = _last(store, names["affinity"], t0, t1)
-    quotas = [(q, v) for v in (2, 1) if not is_nan(q := _last(store, names[f"quota_v{v}"], t0, t1))]
+    affinity = store.last_known(names["affinity"], t0, t1)
+    quotas = [(q, v) for v in (2, 1) if not is_nan(q := store.last_known(names[f"quota_v{v}"], t0, t1))]
     if quotas and min(quotas)[0] < (affinity if not is_nan(affinity) else math.inf):
         h.cores_source = "cgroup v2 cpu.max" if min(quotas)[1] == 2 else "cgroup v1 cpu.cfs_quota_us"
     elif not is_nan(affinity) and h.host_cores and affinity < h.host_cores:
@@ -114,7 +110,7 @@ def _sharing_runs(store: Store, run: Run, t0: float, t1: float) -> int:
     """Runs of this host in [t0, t1] whose main processes draw on the same cores as ``run``'s (itself included)."""
 
     def budget(r: Run) -> float:
-        return math.nan if r.proc_pid is None else _last(store, PROC.key(r.proc_pid, "cpu_budget_id"), t0, t1)
+        return math.nan if r.proc_pid is None else store.last_known(PROC.key(r.proc_pid, "cpu_budget_id"), t0, t1)
 
     mine = budget(run)
     n = 0
