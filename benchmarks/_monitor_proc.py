@@ -8,8 +8,9 @@
 fake of testsupport/fake_pynvml.py (the one boundary the project fakes; fed like a busy driver: utilisation and process
 samples every tick), and ``Monitor.track(pid, "worker")`` for each pid listed in ``--track``. ``--summary F``
 writes what the monitor ingested (runs, steps, records, bytes) when it stops. With ``BENCH_PROFILE_DIR`` set, the
-monitor thread and the agents' thread each run under cProfile (by thread CPU time), written there as ``monitor.prof``
-and ``agents.prof`` when the process stops (``benchmarks/thread_split.py --profile DIR``).
+monitor thread, the agents' thread and the TUI's frame thread each run under cProfile (by thread CPU time), written
+there as ``monitor.prof``, ``agents.prof`` and ``frames.prof`` when the process stops
+(``benchmarks/thread_split.py --profile DIR``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def profile_threads(folder: str) -> None:
     import time
 
     from trainmon.ingest.agent_server import AgentServer
+    from trainmon.tui.collector import FrameThread
 
     def profiled(fn, name):
         def run(self):
@@ -61,6 +63,7 @@ def profile_threads(folder: str) -> None:
 
     Monitor._loop = profiled(Monitor._loop, "monitor")  # type: ignore[method-assign]
     AgentServer._serve = profiled(AgentServer._serve, "agents")  # type: ignore[method-assign]
+    FrameThread.run = profiled(FrameThread.run, "frames")  # type: ignore[method-assign]
 
 
 def build(args: argparse.Namespace, sinks: list) -> Monitor:

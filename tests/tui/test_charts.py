@@ -31,6 +31,32 @@ def test_braille_area_two_samples_per_cell_and_heat_strip():
     assert nice_top([0.3, 37.0]) == 50 and nice_top([]) == 1.0 and nice_top([120.0]) == 200
 
 
+def test_a_column_drawn_from_memory_is_the_column_drawn_afresh():
+    """Columns are kept by what decides them (tui/charts.py): a chart whose values come back, shifted, on other
+    settings or in another glyph mode, draws what it draws with nothing kept."""
+    import math
+
+    from trainmon.tui import charts
+
+    specs = [Layer("wait"), Layer("compute")]
+    waits = [(k * 7 % 11) * 0.9 for k in range(40)] + [math.nan, -1.0, math.inf]
+    computes = [(k * 5 % 13) * 0.4 for k in range(43)]
+    levels = [(k * 3 % 17) * 6.0 for k in range(86)] + [math.nan, 0.0]
+    draws = []
+    for glyphs in (COLOR, Glyphs("block", False), Glyphs("ascii", True)):
+        for shift in (0, 3):
+            for top, height in ((10.0, 3), (20.0, 3), (10.0, 5)):
+                w, c = waits[shift:] + waits[:shift], computes[shift:] + computes[:shift]
+                draws.append(lambda w=w, c=c, t=top, h=height, g=glyphs: bars([w, c], specs, t, h, g))
+                draws.append(lambda t=top, h=height, g=glyphs, s=shift: area(levels[2 * s :], t * 10, h, "rate", g))
+    kept = [draw() for draw in draws]
+    assert charts._COLUMNS  # the columns were kept
+    charts._COLUMNS.clear()
+    fresh = [draw() for draw in draws]
+    assert kept == fresh
+    assert kept[0] != kept[2]  # another scale draws other cells (the key holds it)
+
+
 def test_glyph_mode_detection():
     assert detect_mode({"LANG": "en_US.UTF-8", "TERM": "xterm-256color"}) == "braille"
     assert detect_mode({"LANG": "C", "TERM": "xterm"}) == "ascii"

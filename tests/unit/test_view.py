@@ -15,6 +15,7 @@ import pytest
 from testsupport.stores import T0, replay_at_end, timeline_store
 from trainmon.diagnose.findings import Finding
 from trainmon.store.series import Series
+from trainmon.store.store import Store
 from trainmon.view import (
     WINDOWS_S,
     FrameBuilder,
@@ -27,7 +28,15 @@ from trainmon.view import (
     run_values,
     status_lines,
 )
-from trainmon.view.resample import bucket_series, make_edges, run_marks, step_buckets, value_at
+from trainmon.view.resample import (
+    StepBucketCache,
+    bucket_series,
+    grid,
+    make_edges,
+    run_marks,
+    step_buckets,
+    value_at,
+)
 
 # ---------------------------------------------------------------- resampling
 
@@ -255,3 +264,60 @@ def test_live_feed_keeps_each_ticks_verdict_and_calls_subscribers():
     assert feed.status_label(False, 0) == ("LIVE", "")
     feed.close()
     assert monitor.listeners == []
+
+
+# ---------------------------------------------------------------- columns on absolute time, and what is kept of them
+
+
+def same(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b, strict=True))
+
+
+def test_the_grid_sits_on_absolute_time_and_ends_at_the_live_edge():
+    early, later = grid(1000.3, 60.0, 50, 2), grid(1001.3, 60.0, 50, 2)
+    assert early.edges[-1] == 1000.3 and later.edges[-1] == 1001.3
+    assert early.col_edges == early.edges[::2] and len(early.edges) == 101
+    assert early.t0 == early.col_edges[0] and 1000.3 - 60.0 <= early.t0 < 1000.3 - 60.0 + early.col_dt
+    # one second later the plot moved by whole columns: a complete column has the very same edges
+    shift = round((later.t0 - early.t0) / early.col_dt)
+    assert shift >= 1
+    assert early.col_edges[shift : shift + 40] == later.col_edges[:40]
+    assert later.base - early.base == 2 * shift
+    # the live column is cut at t_end: its later bucket is empty (held values), never in the future
+    assert all(e <= 1000.3 for e in early.edges) and early.complete(0) and not early.complete(99)
+
+
+def _feed_second(store: Store, t: float, wait_s: float, step_s: float) -> float:
+    """One second of a DataLoader loop's waits, sent as an agent sends them; returns where it stopped."""
+    from array import array
+
+    from trainmon.protocol import K_WAIT
+
+    recs, end = array("q"), t + 1.0
+    while t + step_s <= end:
+        recs.extend([(1 << 8) | K_WAIT, round(t * 1e9), round((t + wait_s) * 1e9), 0])
+        t += step_s
+    store.events(1, end, recs)
+    return t
+
+
+def test_kept_columns_give_the_figures_of_the_table_as_it_is_frame_after_frame():
+    """A live run drawn once a second with the builder's cache: every frame's buckets are those worked out afresh,
+    through a change of pace, the table trimmed under its cap, and a bucket width change."""
+    store = Store()
+    store.hello(1, T0, {"pid": 4242, "name": "train.py"})
+    run = store.runs[1]
+    run.steps.cap = 400  # trimmed within the window
+    cache = StepBucketCache()
+    t = T0 + 1.0
+    kept = 0
+    for s in range(40):
+        t = _feed_second(store, t, 0.03 if s < 20 else 0.002, 0.05 if s < 20 else 0.02)
+        for window, cols in ((60.0, 50), (60.0, 50), (300.0, 50)):
+            g = grid(T0 + 2 + s + 0.37, window, cols, 2)
+            cached = step_buckets(run, g.edges, cache, g)
+            fresh = step_buckets(run, g.edges, None, g)
+            assert all(same(a, b) for a, b in zip(cached, fresh, strict=True)), (s, window)
+        kept = max(kept, len(cache.buckets(run, grid(T0, 60.0, 50, 2).bucket_dt)))
+    assert kept > 40  # complete buckets were kept, not worked out each frame
+    assert len(run.steps) < run.steps.total  # the table was trimmed while being drawn

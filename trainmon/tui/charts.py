@@ -60,41 +60,78 @@ def nice_top(values: Sequence[float], floor: float = 1.0) -> float:
     return 10 * exp
 
 
+# What a column draws, by what decides it: the columns sit on absolute time (view/resample.py), so a complete
+# column comes back with the same values frame after frame and is drawn once. Emptied when it grows past the bound.
+_COLUMNS: dict[tuple, tuple[Cell, ...]] = {}
+_COLUMNS_MAX = 50_000
+_KINDS: dict[tuple, int] = {}  # a chart's settings as one small int, so a column's key hashes its values only
+
+
+def _remember(key: tuple, cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
+    if len(_COLUMNS) >= _COLUMNS_MAX:
+        _COLUMNS.clear()
+    _COLUMNS[key] = cells
+    return cells
+
+
 def bars(
     layers: Sequence[Sequence[float]], specs: Sequence[Layer], top: float, height: int, glyphs: Glyphs
 ) -> list[list[Cell]]:
     """Stacked bars, one per column, ``layers[0]`` at the bottom. A cell where one band meets the next draws a
     lower-eighths block in the lower band's colour on the upper band's colour, so the split is exact to 1/8 row."""
     cols = len(layers[0]) if layers else 0
-    rows: list[list[Cell]] = [[BLANK] * cols for _ in range(height)]
-    if top <= 0 or height <= 0:
-        return rows
-    cell_h = top / height
-    # A cell inside one band draws that band's full cell: worked out once, not per cell (most cells are full).
-    full = [_bar_cell([1.0 if k == i else 0.0 for k in range(len(layers))], specs, glyphs) for i in range(len(layers))]
-    los = [(height - 1 - r) * cell_h for r in range(height)]
-    for c in range(cols):
-        cum, bounds = 0.0, []
-        for layer in layers:
-            v = layer[c]
-            v = v if v > 0.0 and v != math.inf else 0.0  # nan, ±inf and negatives count as nothing
-            bounds.append((cum, cum + v))
-            cum += v
-        if cum <= 0:
+    if top <= 0 or height <= 0 or not cols:
+        return [[BLANK] * cols for _ in range(height)]
+    kind = ("bars", tuple(specs), top, height, glyphs)
+    kind_id = _KINDS.get(kind)
+    if kind_id is None:
+        kind_id = _KINDS.setdefault(kind, len(_KINDS)) if len(_KINDS) < _COLUMNS_MAX else -1
+    inf = math.inf
+    clean = [[v if v > 0.0 and v != inf else 0.0 for v in layer] for layer in layers]  # nan, ±inf, < 0: nothing
+    empty = (BLANK,) * height
+    columns = []
+    for values in zip(*clean, strict=True):
+        if not any(values):
+            columns.append(empty)
             continue
-        for r in range(height):
-            lo = los[r]
-            if cum <= lo:
-                continue
-            hi = lo + cell_h
-            for i, (a, b) in enumerate(bounds):
-                if a <= lo and b >= hi:
-                    rows[r][c] = full[i]
-                    break
-            else:
-                fills = [max(0.0, min(b, hi) - max(a, lo)) / cell_h for a, b in bounds]
-                rows[r][c] = _bar_cell(fills, specs, glyphs)
-    return rows
+        key = (kind_id, values)
+        cells = _COLUMNS.get(key) if kind_id >= 0 else None
+        if cells is None:
+            cells = _bar_column(values, specs, top, height, glyphs)
+            if kind_id >= 0:
+                _remember(key, cells)
+        columns.append(cells)
+    return [list(row) for row in zip(*columns, strict=True)]
+
+
+def _bar_column(
+    values: tuple[float, ...], specs: Sequence[Layer], top: float, height: int, glyphs: Glyphs
+) -> tuple[Cell, ...]:
+    """One column of ``bars``, top row first."""
+    cell_h = top / height
+    out = [BLANK] * height
+    cum, bounds = 0.0, []
+    for v in values:
+        bounds.append((cum, cum + v))
+        cum += v
+    for r in range(height):
+        lo = (height - 1 - r) * cell_h
+        if cum <= lo:
+            continue
+        hi = lo + cell_h
+        for i, (a, b) in enumerate(bounds):
+            if a <= lo and b >= hi:
+                out[r] = _full_cell(i, len(values), specs, glyphs)
+                break
+        else:
+            fills = [max(0.0, min(b, hi) - max(a, lo)) / cell_h for a, b in bounds]
+            out[r] = _bar_cell(fills, specs, glyphs)
+    return tuple(out)
+
+
+def _full_cell(i: int, n: int, specs: Sequence[Layer], glyphs: Glyphs) -> Cell:
+    """A cell inside band ``i`` alone."""
+    return _bar_cell([1.0 if k == i else 0.0 for k in range(n)], specs, glyphs)
 
 
 def _bar_cell(fills: list[float], specs: Sequence[Layer], glyphs: Glyphs) -> Cell:
@@ -128,9 +165,8 @@ def area(values: Sequence[float], top: float, height: int, role: str, glyphs: Gl
     if not glyphs.braille:
         return bars([values], [Layer(role, "█", ":")], top, height, glyphs)
     cols = len(values) // 2
-    rows: list[list[Cell]] = [[BLANK] * cols for _ in range(height)]
-    if top <= 0 or height <= 0:
-        return rows
+    if top <= 0 or height <= 0 or not cols:
+        return [[BLANK] * cols for _ in range(height)]
     levels = height * 4
 
     def level(v: float) -> int | None:
@@ -139,21 +175,35 @@ def area(values: Sequence[float], top: float, height: int, role: str, glyphs: Gl
         n = round(max(0.0, min(v, top)) / top * levels)
         return max(n, 1) if v > 0 else 0
 
+    empty = (BLANK,) * height
+    columns = []
     for c in range(cols):
         left, right = level(values[2 * c]), level(values[2 * c + 1])
         if left is None and right is None:
+            columns.append(empty)
             continue
-        for r in range(height):
-            base = (height - 1 - r) * 4
-            bits = 0
-            for lv, dots in ((left, _LEFT), (right, _RIGHT)):
-                if lv is None:
-                    continue
-                for k in range(max(0, min(4, lv - base))):
-                    bits |= dots[k]
-            if bits:
-                rows[r][c] = (chr(0x2800 + bits), role, None)
-    return rows
+        key = ("area", left, right, height, role)
+        cells = _COLUMNS.get(key)
+        if cells is None:
+            cells = _remember(key, _braille_column(left, right, height, role))
+        columns.append(cells)
+    return [list(row) for row in zip(*columns, strict=True)]
+
+
+def _braille_column(left: int | None, right: int | None, height: int, role: str) -> tuple[Cell, ...]:
+    """One column of ``area``'s braille: ``left`` and ``right`` dots high (None: no sample), top row first."""
+    out = [BLANK] * height
+    for r in range(height):
+        base = (height - 1 - r) * 4
+        bits = 0
+        for lv, dots in ((left, _LEFT), (right, _RIGHT)):
+            if lv is None:
+                continue
+            for k in range(max(0, min(4, lv - base))):
+                bits |= dots[k]
+        if bits:
+            out[r] = (chr(0x2800 + bits), role, None)
+    return tuple(out)
 
 
 def heat(values: Sequence[float], glyphs: Glyphs, width: int) -> str:

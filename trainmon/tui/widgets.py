@@ -71,6 +71,10 @@ class ChartPane(GridWidget):
     def __init__(self, pane: str, glyphs: Glyphs, **kwargs) -> None:
         super().__init__(glyphs, id=pane, **kwargs)
         self.pane = pane
+        # The last frame's chart rows by what they show: a row the new frame shows unchanged (a full bar's body, an
+        # idle device's empty row) is not turned into segments again (read and replaced whole: a frame drawn on the UI
+        # thread at a resize at worst misses the memo).
+        self._rows: dict[tuple, Strip] = {}
 
     def show(self, frame: Frame, geo: Geometry, size: Size, with_title: bool) -> None:
         self.set_strips(self.strips_for(frame, geo, size, with_title))
@@ -80,6 +84,7 @@ class ChartPane(GridWidget):
         title, tracks = BUILDERS[self.pane](frame, geo, self.glyphs, size)
         cursor = frame.axis.cursor_col
         strips: list[Strip] = []
+        last, rows = self._rows, {}
         if with_title:
             strips.append(title_strip(geo, self.glyphs, title, size.focused))
         for track in tracks:
@@ -90,7 +95,13 @@ class ChartPane(GridWidget):
                 row: list[Cell] = track.rows[r] if r < len(track.rows) else [BLANK] * geo.cols
                 gutter = track.gutter[r] if r < len(track.gutter) else ""
                 values = track.values[r] if r < len(track.values) else None
-                strips.append(grid_strip(geo, self.glyphs, gutter, row, values, cursor))
+                key = (geo, gutter, tuple(row), tuple(values) if values else None, cursor)
+                strip = last.get(key)
+                if strip is None:
+                    strip = grid_strip(geo, self.glyphs, gutter, row, values, cursor)
+                rows[key] = strip
+                strips.append(strip)
+        self._rows = rows
         return strips
 
 

@@ -18,17 +18,22 @@ def axis_ticks(feed: Feed, t0: float, t1: float, cols: int, window_s: float) -> 
         k = 0
         while k * step <= window_s + 1e-9:
             t = t1 - k * step
-            col = round((t - t0) / window_s * cols) - 1
+            col = _col(t, t0, window_s / cols)
             ticks.append((max(0, min(cols - 1, col)), "now" if k == 0 else fmt_rel(-k * step)))
             k += 1
     else:
         t = max(0, math.ceil((t0 - origin) / step)) * step + origin
         while t <= t1 + 1e-9:
-            col = round((t - t0) / window_s * cols) - 1
+            col = _col(t, t0, window_s / cols)
             if 0 <= col < cols:
                 ticks.append((col, fmt_elapsed(t - origin)))
             t += step
     return sorted(ticks)
+
+
+def _col(t: float, t0: float, col_dt: float) -> int:
+    """The column that holds instant ``t``: column c covers (t0 + c·dt, t0 + (c + 1)·dt]."""
+    return math.ceil((t - t0) / col_dt - 1e-9) - 1
 
 
 def clock_label(t: float, offset: float | None, feed: Feed, t_end: float) -> str:

@@ -17,7 +17,15 @@ from trainmon.store.store import Store
 from trainmon.view.budget import budget_shares
 from trainmon.view.frames import NS_NOTE, AgentlessView, CpuView, DiskView, EnergyView, GpuView, ProcRow, RunView
 from trainmon.view.nvml_procs import nvml_figures
-from trainmon.view.resample import bucket_series, run_marks, run_values, step_buckets, value_at
+from trainmon.view.resample import (
+    Grid,
+    StepBucketCache,
+    bucket_series,
+    run_marks,
+    run_values,
+    step_buckets,
+    value_at,
+)
 
 ROLE_ORDER = {"main": 0, "rank": 0, "child": 1, "worker": 2}
 
@@ -37,8 +45,10 @@ def run_view(
     cols: int,
     instant: float,
     th: Thresholds | None = None,
+    cache: StepBucketCache | None = None,
+    g: Grid | None = None,
 ) -> RunView:
-    wait_ms, compute_ms, rate, wait_pct = step_buckets(run, edges)
+    wait_ms, compute_ms, rate, wait_pct = step_buckets(run, edges, cache, g)
     if run.connected and not run.ended:
         state = "running"
     else:

@@ -17,7 +17,7 @@ from trainmon.view import extract
 from trainmon.view.axis import axis_ticks, clock_label
 from trainmon.view.feeds.protocol import Feed, VerdictPoint
 from trainmon.view.frames import Axis, Frame, Layout, StripCell, VerdictView
-from trainmon.view.resample import make_edges, value_at
+from trainmon.view.resample import StepBucketCache, grid, value_at
 from trainmon.view.stacks import stack_views
 from trainmon.view.viewport import ViewState
 
@@ -32,6 +32,7 @@ class FrameBuilder:
         self.state = state or ViewState()
         self.status_extra = status_extra
         self.seq = 0
+        self.cache = StepBucketCache()
 
     def build(self, layout: Layout) -> Frame:
         st = self.state
@@ -53,6 +54,7 @@ class FrameBuilder:
             focus=focus,
             seq=self.seq,
             notice=self.status_extra() if self.status_extra else None,
+            cache=self.cache,
         )
 
 
@@ -67,17 +69,16 @@ def build_frame(
     focus: str | None = None,
     seq: int = 0,
     notice: str | None = None,
+    cache: StepBucketCache | None = None,
 ) -> Frame:
+    """One frame; ``cache`` (the builder's) keeps the complete columns' step figures from one frame to the next."""
     cols, sub = max(1, layout.cols), max(1, layout.sub)
     if t_end is None:
         t_end = time.monotonic()
-    t0 = t_end - window_s
-    n = cols * sub
-    edges = make_edges(t0, t_end, n)
-    col_edges = make_edges(t0, t_end, cols)
+    g = grid(t_end, window_s, cols, sub)
+    t0, edges, col_edges, col_dt = g.t0, g.edges, g.col_edges, g.col_dt
     interval = feed.interval()
     hold = 1.6 * interval
-    col_dt = window_s / cols
     cursor_col = None
     if cursor_t is not None:
         cursor_col = min(cols - 1, max(0, math.ceil((cursor_t - t0) / col_dt) - 1))
@@ -103,7 +104,8 @@ def build_frame(
         strip = _strip(feed.verdicts(t0, t_end), col_edges)
         th = feed_thresholds(feed)
         runs = [
-            extract.run_view(r, edges, col_edges, cols, instant, th) for r in extract.visible_runs(store, t0, t_end)
+            extract.run_view(r, edges, col_edges, cols, instant, th, cache, g)
+            for r in extract.visible_runs(store, t0, t_end)
         ]
         agentless = extract.agentless_views(store, edges, instant, hold)
         gpus = extract.gpu_views(store, edges, instant, hold)
