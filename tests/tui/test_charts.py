@@ -70,3 +70,41 @@ def test_chart_scale_is_not_pushed_up_by_float_noise():
     assert nice_top([0.05 * 1e3 + 1e-11]) == 50  # a 50 ms step, summed in floats
     assert nice_top([50.5]) == 100
     assert nice_top([0.2], floor=1.0) == 1
+
+
+def test_chart_row_segments_are_the_cells_run_by_run_with_the_cursor_reversed():
+    """``cells_to_segments`` groups runs at C speed: held against the plain reading, one cell at a time, of rows
+    of every shape (long runs, alternating colours, blanks) with the cursor anywhere or nowhere."""
+    import random
+
+    from rich.segment import Segment
+
+    from trainmon.tui.lines import cells_to_segments
+    from trainmon.tui.theme import style
+
+    def plain(cells, glyphs, cursor):
+        out = []
+        for c, (ch, fg, bg) in enumerate(cells):
+            rev = False
+            if c == cursor:
+                if ch == " ":
+                    ch, fg, bg = ("│" if glyphs.unicode else "|"), "cursor", None
+                else:
+                    rev = True
+            s = style(fg, bg, reverse=rev, color=glyphs.color)
+            if out and out[-1][1] == (fg, bg, rev):
+                out[-1][0].append(ch)
+            else:
+                out.append(([ch], (fg, bg, rev), s))
+        return [Segment("".join(chars), s) for chars, _, s in out]
+
+    rng = random.Random(7)
+    palette = [(" ", None, None), ("█", "wait", None), ("▄", "wait", "compute"), ("█", "compute", None)]
+    for glyphs in (COLOR, Glyphs("block", False), Glyphs("ascii", True)):
+        for _ in range(200):
+            cells = [rng.choice(palette[: rng.randint(1, 4)]) for _ in range(rng.randint(0, 40))]
+            for cursor in (None, 0, len(cells) - 1, rng.randint(-2, 42)):
+                got = cells_to_segments(cells, glyphs, cursor)
+                want = plain(cells, glyphs, cursor)
+                assert "".join(s.text for s in got) == "".join(s.text for s in want)
+                assert got == want, (cells, cursor)

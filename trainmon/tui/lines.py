@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 
 from rich.segment import Segment
 from rich.style import Style
@@ -138,30 +140,30 @@ def runs_to_segments(line: Line, glyphs: Glyphs, base: str | None = None) -> lis
 
 def cells_to_segments(cells: Sequence[Cell], glyphs: Glyphs, cursor: int | None = None) -> list[Segment]:
     """Chart cells to segments, runs of the same style merged; the cursor column drawn reversed."""
-    segments: list[Segment] = []
-    buf: list[str] = []
-    key: tuple | None = None
+    color = glyphs.color
+    if cursor is not None and 0 <= cursor < len(cells):
+        ch, fg, bg = cells[cursor]
+        if ch == " ":
+            mark: Cell = (("│" if glyphs.unicode else "|"), "cursor", None)
+            rev = False
+        else:
+            mark, rev = (ch, fg, bg), True
+        before, after = cells[:cursor], cells[cursor + 1 :]
+        out = _runs(before, color)
+        out.append(Segment(mark[0], style(mark[1], mark[2], reverse=rev, color=color)))
+        return out + _runs(after, color)  # the cursor's cell is never in a run of its neighbours' style
+    return _runs(cells, color)
 
-    def flush() -> None:
-        if buf and key is not None:
-            fg, bg, rev = key
-            segments.append(Segment("".join(buf), style(fg, bg, reverse=rev, color=glyphs.color)))
-        buf.clear()
 
-    for c, (ch, fg, bg) in enumerate(cells):
-        rev = False
-        if c == cursor:
-            if ch == " ":
-                ch, fg, bg = ("│" if glyphs.unicode else "|"), "cursor", None
-            else:
-                rev = True
-        k = (fg, bg, rev)
-        if k != key:
-            flush()
-            key = k
-        buf.append(ch)
-    flush()
-    return segments
+def _runs(cells: Sequence[Cell], color: bool) -> list[Segment]:
+    """One segment per run of cells of the same colours (grouped at C speed: a chart row is mostly long runs)."""
+    return [
+        Segment("".join(map(_char, group)), style(fg, bg, color=color)) for (fg, bg), group in groupby(cells, _colours)
+    ]
+
+
+_char = itemgetter(0)
+_colours = itemgetter(1, 2)
 
 
 def grid_strip(
