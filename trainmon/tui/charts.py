@@ -63,7 +63,7 @@ def nice_top(values: Sequence[float], floor: float = 1.0) -> float:
 # What a column draws, by what decides it: the columns sit on absolute time (view/resample.py), so a complete
 # column comes back with the same values frame after frame and is drawn once. Emptied when it grows past the bound.
 _COLUMNS: dict[tuple, tuple[Cell, ...]] = {}
-_COLUMNS_MAX = 50_000
+_COLUMNS_MAX = 20_000
 _KINDS: dict[tuple, int] = {}  # a chart's settings as one small int, so a column's key hashes its values only
 
 
