@@ -64,6 +64,7 @@ GPT_TOLERANCE = 0.07  # the report's data wait against the script's own batch sh
 # Trainings whose loop is held against what it timed of itself (--self-report): its wait at next(), its steps, its
 # own per-step work (metrics, the progress bar)
 SELF_MEASURED = ("prefetcher", "thread-pool", "loop-metrics", "tqdm")
+METRIC_CODE = ("StepMetrics.log_metrics", "f1_scores", "confusion_matrix")  # the loop-metrics scenario's own code
 
 
 def freeze_times(out: str) -> tuple[float, float]:
@@ -306,12 +307,14 @@ def check_self_measured(name: str, report: dict, tmp_path, detail: str) -> None:
         assert "already runs in threads" in advice, advice
     if name == "loop-metrics":
         assert abs(parts["own_code"] - own["own_code_fraction"]) <= 0.07, detail
-        assert verdict["evidence"]["loop_function"] == "StepMetrics.log_metrics", detail
+        # The metric code (demo/loop_work.py): its entry point, or the function inside it that holds most of its time
+        # (the F1 pass took 69 % of it on a host twice as slow as usual, and was named: the finer answer).
+        assert verdict["evidence"]["loop_function"] in METRIC_CODE, detail
         assert "torchmetrics" in advice, advice
         ticks = [json.loads(x) for x in (tmp_path / f"{name}.ticks").read_text().splitlines() if x.startswith("{")]
         live = [r["step_parts"] for t in ticks[-6:-1] for r in t["runs"] if r.get("step_parts")]
         assert live and all(abs(p["own_code"] - own["own_code_fraction"]) <= 0.1 for p in live), (live, own)
-        assert any(f["function"] == "StepMetrics.log_metrics" for p in live for f in p["own_code_functions"]), live
+        assert any(f["function"] in METRIC_CODE for p in live for f in p["own_code_functions"]), live
     if name == "tqdm":
         assert parts["own_code"] < 0.15, parts
 
