@@ -412,5 +412,17 @@ def self_cost_part(values: dict[str, float]) -> str:
 def agent_cost_part(runs: list[RunStatus]) -> str:
     """ "  · agent 0.9µs/step": the most any connected run's agent costs its training per step (its hooks on the
     training thread and its sender thread, measured by the agent itself); empty where none is measured."""
-    figures = [r.agent_step_ns for r in runs if r.connected and not is_nan(r.agent_step_ns)]
-    return f"  · agent {per_step_text(max(figures))}/step" if figures else ""
+    measured = [r for r in runs if r.connected and not is_nan(r.agent_step_ns)]
+    if not measured:
+        return ""
+    top = max(measured, key=lambda r: r.agent_step_ns)
+    text = f"  · agent {per_step_text(top.agent_step_ns)}/step"
+    if top.agent_step_ns >= SHARE_FROM_NS and top.step_p50_ms > 0:
+        # A slow loop: the agent's costs per second fall on few steps, so a per-step figure reads high; its share of
+        # the step says what it costs.
+        share = top.agent_step_ns / (top.step_p50_ms * 1e6) * 100
+        text += f" ({share:.1f}% of a step)" if share >= 0.1 else " (<0.1% of a step)"
+    return text
+
+
+SHARE_FROM_NS = 10_000  # from 10 µs a step on, the status line gives the agent's share of the step too

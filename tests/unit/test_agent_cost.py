@@ -132,3 +132,18 @@ def test_the_records_are_packed_in_order_and_a_malformed_one_is_left_out():
     _hot.mark(3)
     got = _hot.swap_buffer()
     assert [got[k] & 0xFF for k in (0, 4)] == [P.K_STEP, P.K_MARK] and _hot.pending_records() == 0
+
+
+def test_status_line_gives_a_slow_loops_agent_cost_as_a_share_of_its_step():
+    """At 6 steps a second the agent's costs per second fall on few steps (the demo: ~640 µs a step); the status line
+    then says what that is of a step. A fast loop's figure stays as it was."""
+    from trainmon.monitor import agent_cost_part
+
+    def run(ns: float, p50_ms: float, connected: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(connected=connected, agent_step_ns=ns, step_p50_ms=p50_ms)
+
+    assert agent_cost_part([run(640_000, 160.0)]) == "  · agent 640µs/step (0.4% of a step)"
+    assert agent_cost_part([run(900.0, 1.0), run(20_000, 500.0)]) == "  · agent 20µs/step (<0.1% of a step)"
+    assert agent_cost_part([run(900.0, 1.0)]) == "  · agent 0.9µs/step"
+    assert agent_cost_part([run(50_000, math.nan)]) == "  · agent 50µs/step"  # no step time: the figure alone
+    assert agent_cost_part([run(math.nan, 1.0), run(640_000, 160.0, connected=False)]) == ""
