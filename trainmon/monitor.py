@@ -409,6 +409,9 @@ def self_cost_part(values: dict[str, float]) -> str:
     return f"  · trainmon {cpu:.1f}% CPU, {rss:.0f} MB"
 
 
+SHARE_FROM_NS = 10_000  # from 10 µs a step on, the status line gives the agent's share of the step too
+
+
 def agent_cost_part(runs: list[RunStatus]) -> str:
     """ "  · agent 0.9µs/step": the most any connected run's agent costs its training per step (its hooks on the
     training thread and its sender thread, measured by the agent itself); empty where none is measured."""
@@ -423,6 +426,3 @@ def agent_cost_part(runs: list[RunStatus]) -> str:
         share = top.agent_step_ns / (top.step_p50_ms * 1e6) * 100
         text += f" ({share:.1f}% of a step)" if share >= 0.1 else " (<0.1% of a step)"
     return text
-
-
-SHARE_FROM_NS = 10_000  # from 10 µs a step on, the status line gives the agent's share of the step too

@@ -165,6 +165,7 @@ def step_buckets(
     last_end = s.end[-1]
     first_end = s.end[0]
     trimmed = len(s) < s.total  # the table lost its oldest steps: a kept bucket may hold some it no longer has
+    reach = max(step_span, rate_span)  # how far before its end a bucket's figures look
     known = cache.buckets(run, dt) if cache is not None and g is not None else None
     base = g.base if g is not None else 0
     if known is not None and len(known) > 4 * n:  # the plot moved on: what is left of it is not drawn again
@@ -176,7 +177,7 @@ def step_buckets(
         got = None
         if known is not None:
             got = known.get(base + k)
-            if got is not None and trimmed and first_end > e - max(step_span, rate_span):
+            if got is not None and trimmed and first_end > e - reach:
                 got = None  # trimmed since: what the table holds now
         if got is None:
             got = raw(e)
