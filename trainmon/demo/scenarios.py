@@ -387,8 +387,8 @@ SCENARIOS: dict[str, Scenario] = {
             "loop-metrics",
             "host.loop_code",
             "two workers keep ahead while every step computes a confusion matrix and each class's F1 in Python "
-            "over the last 60 batches and writes them as JSON",
-            ("--workers", "2", "--persistent", "--step-ms", NARROW, "--metrics-window", "60", *STEADY),
+            "over the last 300 batches and writes them as JSON",
+            ("--workers", "2", "--persistent", "--step-ms", MEDIUM, "--metrics-window", "300", *STEADY),
         ),
         Scenario(
             "tqdm",
