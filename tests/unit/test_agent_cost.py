@@ -124,7 +124,7 @@ def test_the_records_are_packed_in_order_and_a_malformed_one_is_left_out():
     records = [(P.K_WAIT | 1 << 8, i, i + 1, 0) for i in range(2500)]
     records[1500] = (P.K_OPT, 1.5, 2, 0)  # a float where an int goes: that record is dropped, not its chunk
     records[2400] = (P.K_OPT, 1 << 70, 2, 0)  # beyond int64
-    flat = _hot.flat(records)
+    flat = _hot.flat([x for r in records for x in r])
     kept = [r for k, r in enumerate(records) if k not in (1500, 2400)]
     assert flat.tolist() == [x for r in kept for x in r]
     _hot.reset_buffer()

@@ -170,7 +170,7 @@ class ExposedProbe:
             pending.popleft()
             self._free.append((a, b))
             self.measured += 1
-            _hot._buf.append((K_EXPOSED | (tag & ~0xFF), t0, t1, max(0, ns)))
+            _hot._buf.extend((K_EXPOSED | (tag & ~0xFF), t0, t1, max(0, ns)))
             if not pending:
                 return
 

@@ -103,7 +103,7 @@ def wrap_call(orig: Callable[..., Any], tag: int) -> Callable[..., Any]:
             return orig(*args, **kwargs)
         finally:
             local.depth = 0
-            _hot._buf.append((tag, t0, pc(), 0))
+            _hot._buf.extend((tag, t0, pc(), 0))
 
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         try:
@@ -153,7 +153,7 @@ class _GradSync:
     def done(self) -> None:
         try:
             _GradSync.open_since = 0
-            _hot._buf.append((DDP_TAG, self.t0, _hot._pc(), 0))
+            _hot._buf.extend((DDP_TAG, self.t0, _hot._pc(), 0))
         except Exception:
             pass
 

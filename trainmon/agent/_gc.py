@@ -24,7 +24,7 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             _t0 = _pc()
         else:
-            _hot._buf.append((K_GC, _t0, _pc(), info["generation"]))
+            _hot._buf.extend((K_GC, _t0, _pc(), info["generation"]))
     except Exception:
         pass  # the collector would print it to stderr; the training must never hear of trainmon
 

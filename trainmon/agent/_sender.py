@@ -22,7 +22,6 @@ TICK_S = 0.1
 # tick and sends every tick, as before; a step still reaches the monitor well within its 1 s tick.
 HOLD_S = 0.25
 HOLD_RECORDS = 128
-SWAP_GRACE_S = 0.002  # lets a hot-path thread that loaded the old buffer finish its append
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 5.0
@@ -217,10 +216,9 @@ class Sender:
     def _collect(self) -> None:
         if not _hot.pending_records():
             return
-        for packed in _hot.take_packed():  # what a flood had the training thread pack: older than the buffer
-            self._enqueue(packed)
-        taken = _hot.take_buffer()
-        time.sleep(SWAP_GRACE_S)
+        packed, taken = _hot.take_all()
+        for chunk in packed:  # what a flood had the training thread pack: older than the buffer
+            self._enqueue(chunk)
         records = _hot.flat(taken)
         del taken
         self._enqueue(records)  # it drops the oldest beyond MAX_PENDING_BYTES as it queues
