@@ -407,6 +407,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()  # another thread may have held it at the fork
     _forget_registry(None)
     _gc.uninstall()  # a worker's collections would fill a buffer nobody sends
+    _hot.reset_lock()
     _hot.reset_buffer()
     if agent is not None:
         try:

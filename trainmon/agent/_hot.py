@@ -78,7 +78,7 @@ def flat(records: list[int]) -> array[int]:
             for k in range(0, len(chunk), 4):
                 try:
                     out.extend(array("q", chunk[k : k + 4]))
-                except (OverflowError, TypeError):
+                except Exception:  # whatever a field's __index__ raises: that record only is lost
                     pass
     return out
 
@@ -193,12 +193,26 @@ _packed: list[array[int]] = []
 
 
 def shed() -> None:
-    """The buffer outgrew CAP_RECORDS: its older half packed for the sender, in order, ahead of what follows."""
-    with _take_lock:
+    """The buffer outgrew CAP_RECORDS: its older half packed for the sender, in order, ahead of what follows. Never
+    waits: where the lock is held (the sender is taking the records, or a finaliser or signal handler that records
+    something runs inside this very shed) the next record tries again."""
+    if not _take_lock.acquire(blocking=False):
+        return
+    try:
+        if len(_buf) <= CAP_FIELDS:
+            return
         half = len(_buf) // 8 * 4
         older = _buf[:half]
         del _buf[:half]
         _packed.append(flat(older))
+    finally:
+        _take_lock.release()
+
+
+def reset_lock() -> None:
+    """A forked child's lock: the parent's sender may have held it at the fork."""
+    global _take_lock
+    _take_lock = threading.Lock()
 
 
 def wrap_save(orig: Callable[..., Any]) -> Callable[..., Any]:
