@@ -8,8 +8,8 @@ between the model's calls, and what they cost is mostly the code and memory they
 tuple, freed at once, are what the interpreter does all the time (``struct.pack`` and ``array.frombytes`` are not:
 5.0 µs a step on a DataLoader loop with a small model against 1.9 µs, 2-core VM). The buffer holds ints, which the
 cyclic garbage collector does not track: a fast loop's records no longer count towards its generation-0 threshold
-(a list of 4-tuples did: 100 000 records a second were 140 extra collections a second in the training thread). The
-sender packs a flat list at about half the price per record of a list of tuples.
+(a list of 4-tuples did: a trivial DataLoader loop ran 1 192 generation-0 collections over 400 000 steps with it, 647
+with ints). The sender packs a flat list at about half the price per record of a list of tuples.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def flat(records: list[int]) -> array[int]:
     a time and the chunk holding it record by record, that record left out."""
     try:
         return array("q", records)
-    except (OverflowError, TypeError):
+    except Exception:  # a field that is not an int64 (or whose __index__ raises): never the caller's error
         pass
     out = array("q")
     usable = len(records) - len(records) % 4
@@ -74,11 +74,11 @@ def flat(records: list[int]) -> array[int]:
         chunk = records[i : min(usable, i + 4096)]
         try:
             out.extend(array("q", chunk))
-        except (OverflowError, TypeError):
+        except Exception:
             for k in range(0, len(chunk), 4):
                 try:
                     out.extend(array("q", chunk[k : k + 4]))
-                except Exception:  # whatever a field's __index__ raises: that record only is lost
+                except Exception:  # that record only is lost
                     pass
     return out
 
