@@ -246,6 +246,8 @@ def test_scenario_is_diagnosed(name, addr, tmp_path, monkeypatch):
         banner = live_banner(str(tmp_path / f"{name}.tmrec"))
         warm = first_epoch_end(str(tmp_path / f"{name}.tmrec"))
         shown = [(t, code) for t, code in banner if code != "insufficient_data"]
+        phases = [(round(e["t"], 1), e["code"]) for e in report["timeline"]]
+        print(f"figures {name}: the cache warm at {warm:.1f} s, live banner {shown}, report phases {phases}")
         assert shown[0][1].startswith("input.") and shown[-1][1] == "ok.compute_bound", banner
         assert 0 <= shown[-1][0] - warm <= 5.0, f"warm at {warm:.1f} s, banner {banner}"
     if name == "epoch-restart":
@@ -326,6 +328,8 @@ def check_batch_source(name: str, report: dict, tmp_path, detail: str) -> None:
     detail = f"{detail} | self {own}"
     (run,) = report["runs"]
     wait = run["data_wait_fraction"]
+    code = report["verdict"]["code"]
+    print(f"figures {name}: trainmon wait {wait}, {code} | script batch share {own['batch_fraction']}")
     assert wait is not None and abs(wait - own["batch_fraction"]) <= GPT_TOLERANCE, (wait, own)
     ticks = [json.loads(line) for line in (tmp_path / f"{name}.ticks").read_text().splitlines() if line[:1] == "{"]
     live = [t["verdict"]["code"] for t in ticks if t["verdict"] and t["verdict"]["code"] != "insufficient_data"]
