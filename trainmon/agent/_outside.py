@@ -104,8 +104,8 @@ MAX_PAUSE_S = 10.0
 # Until PRICE_MIN bursts are in, or where the thread's CPU time cannot be read, the calibration times PRIOR_FACTOR.
 # A difference beyond MAX_COLD times the calibration is the loop's own variation, not the wrappers: with steps of tens
 # of milliseconds of CPU whose cost drifts (metrics over a window that fills), bursts and baseline differ by
-# milliseconds, and pricing the wrappers at that cut the bursts to MIN_DUTY with 10 s pauses: the steps between took a
-# stale share of own code (a 31 % share read as 17 %). Measured in place the wrappers cost about 3 times their
+# milliseconds, and pricing the wrappers at that cuts the bursts to MIN_DUTY with 10 s pauses: the steps between take a
+# stale share of own code. Measured in place the wrappers cost about 3 times their
 # calibration (benchmarks/agent_overhead.py: 11.6 against 4.1 µs).
 PRICE_BURSTS = 16
 PRICE_MIN = 3
@@ -175,7 +175,7 @@ class OutsideProbe:
                 # the model it found among all objects: one built to time a step or size a batch and then dropped, as
                 # the demo's --step-ms sizing does, is found there before the one that trains), later after that.
                 self.disable()
-                self.retry_at = time.monotonic() + (RETRY_FIRST_S if self.tries == 1 else RETRY_S)
+                self.retry_at = self._retry_at()
                 return
             if _tid[0] and _tid[0] != _hot._train[0]:
                 _hot._train[0] = _tid[0]  # the optimizer steps in another thread than the main one
@@ -207,6 +207,10 @@ class OutsideProbe:
         base = self._baseline
         base[0] = base[0] * BASELINE_DECAY + (cpu - cpu0)
         base[1] = base[1] * BASELINE_DECAY + steps
+
+    def _retry_at(self) -> float:
+        """When to search for the model again: soon after the first search, later after the next ones."""
+        return time.monotonic() + (RETRY_FIRST_S if self.tries == 1 else RETRY_S)
 
     def _price_per_step(self, forwards: float) -> float:
         assert self.price_ns is not None
@@ -291,7 +295,7 @@ class OutsideProbe:
             roots, optimizers = find_targets(torch, everywhere=self.tries == 1)  # the collector's objects once
             self.scan_s = time.monotonic() - t0
             if not roots:  # none yet (between a model that timed a step and the one that trains): soon, the first time
-                self.retry_at = time.monotonic() + (RETRY_FIRST_S if self.tries == 1 else RETRY_S)
+                self.retry_at = self._retry_at()
                 return False
             _model_wrappers._is_compiling = _compiling_check(torch)
             _st[:] = [0, 0, 0, 0]
